@@ -1,0 +1,25 @@
+-- Reserve $2 slots of quota $1 in the current window, all or nothing, against
+-- ceiling $3. The conditional upsert is the whole decision: zero rows back from
+-- it is the refusal ("count_after" is NULL). With $4 = true (observe mode) the
+-- slots are spent regardless, so that `count` stays the honest record of every
+-- slot spent; the caller compares count_after with the ceiling.
+-- The window and the clock come from the database, never from the caller.
+WITH clock AS (
+    SELECT window_start_of(arbiter_now()) AS window_start,
+           window_end_of(arbiter_now())   AS window_end,
+           arbiter_now()                  AS db_now
+), reserved AS (
+    INSERT INTO quota_window AS w (quota, window_start, count)
+    SELECT $1::text, clock.window_start, $2::bigint
+    FROM clock
+    WHERE $4::boolean OR $2::bigint <= $3::bigint
+    ON CONFLICT (quota, window_start) DO UPDATE
+        SET count = w.count + EXCLUDED.count
+        WHERE $4::boolean OR w.count + EXCLUDED.count <= $3::bigint
+    RETURNING w.count
+)
+SELECT clock.window_start          AS "window_start!",
+       clock.window_end            AS "window_end!",
+       clock.db_now                AS "db_now!",
+       (SELECT count FROM reserved) AS "count_after?"
+FROM clock

@@ -1,0 +1,10 @@
+-- Seed a flow declared in the config file. Never overwrites what the table
+-- holds, above all a mode flipped at run time. Returns the stored mode.
+WITH inserted AS (
+    INSERT INTO flow (name, quota, mode, priority)
+    VALUES ($1, $2, coalesce($3, 'observe'), coalesce($4::smallint, 2::smallint))
+    ON CONFLICT (name) DO NOTHING
+    RETURNING mode
+)
+SELECT coalesce((SELECT mode FROM inserted),
+                (SELECT mode FROM flow WHERE name = $1)) AS "mode!"

@@ -1,0 +1,340 @@
+//! `quota-arbiter bench`: decisions per second and latency of the HTTP path on
+//! one hot quota, next to baselines measured in the same run with the same
+//! concurrency: the bare conditional upsert issued directly through sqlx, and
+//! the same statement under `pgbench` when it is installed. A measuring tool,
+//! not a test.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+
+use crate::catalog::Mode;
+use crate::config::Config;
+use crate::decision::{Decision, Outcome};
+use crate::startup::Application;
+use crate::store::{self, Store};
+
+/// A ceiling no run can reach: throughput arms measure grants, not refusals.
+const UNREACHABLE_CEILING: i64 = 1 << 50;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Concurrent callers, for every arm.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// How long each throughput arm runs (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Ceiling of the over-demand check (demand is four times the ceiling).
+    #[arg(long, default_value_t = 500)]
+    pub ceiling: i64,
+    /// Skip the pgbench baseline even when pgbench is installed.
+    #[arg(long)]
+    pub no_pgbench: bool,
+}
+
+struct ArmResult {
+    name: String,
+    per_second: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+}
+
+pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
+    store::ensure_database(&config).await?;
+    let server_config = Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        max_connections: (args.concurrency as u32).clamp(4, 64),
+        ..config.clone()
+    };
+    let pool = store::connect_lazy(&server_config)?;
+    store::migrate(&pool).await?;
+    let store = Store::new(pool.clone());
+    let tag = format!("bench-{}-{}", std::process::id(), Utc::now().timestamp());
+    let hot = format!("{tag}-http");
+    let bare = format!("{tag}-bare");
+    let capped = format!("{tag}-capped");
+    for (name, ceiling) in [
+        (&hot, UNREACHABLE_CEILING),
+        (&bare, UNREACHABLE_CEILING),
+        (&capped, args.ceiling),
+    ] {
+        store.put_quota(name, ceiling).await?;
+        store
+            .put_flow(name, name, Some(Mode::Enforce), None, ceiling)
+            .await?;
+    }
+
+    let app = Application::build_with_pool(server_config, pool.clone()).await?;
+    let base = format!("http://{}", app.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+
+    let mut arms = Vec::new();
+    let (http_client, url, flow) = (client.clone(), format!("{base}/v1/reserve"), hot.clone());
+    arms.push(
+        drive(
+            "HTTP POST /v1/reserve (enforce)",
+            args.concurrency,
+            args.duration,
+            move || {
+                let (client, url, flow) = (http_client.clone(), url.clone(), flow.clone());
+                async move { reserve(&client, &url, &flow).await.map(|_| ()) }
+            },
+        )
+        .await?,
+    );
+    let bare_store = store.clone();
+    arms.push(
+        drive(
+            "bare upsert via sqlx (baseline)",
+            args.concurrency,
+            args.duration,
+            move || {
+                let (store, quota) = (bare_store.clone(), bare.clone());
+                async move {
+                    store
+                        .reserve_slots(&quota, 1, UNREACHABLE_CEILING, false)
+                        .await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    if !args.no_pgbench {
+        match pgbench(&config, &tag, args.concurrency, args.duration).await {
+            Ok(arm) => arms.push(arm),
+            Err(error) => println!("(pgbench baseline skipped: {error:#})"),
+        }
+    }
+    let over_demand = over_demand(&client, &base, &capped, args.ceiling, args.concurrency).await?;
+    let _ = stop.send(());
+    server.await??;
+
+    print_report(&args, &arms, &over_demand);
+    Ok(())
+}
+
+async fn reserve(client: &reqwest::Client, url: &str, flow: &str) -> anyhow::Result<Decision> {
+    let response = client
+        .post(url)
+        .json(&serde_json::json!({ "flow": flow }))
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(response.json().await?)
+}
+
+/// Runs `call` from `concurrency` tasks for `duration`; latency per call.
+async fn drive<F, Fut>(
+    name: &str,
+    concurrency: usize,
+    duration: Duration,
+    call: F,
+) -> anyhow::Result<ArmResult>
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let started = Instant::now();
+    let until = started + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let call = call.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < until {
+                let t = Instant::now();
+                call().await?;
+                latencies.push(t.elapsed());
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    Ok(ArmResult {
+        name: name.to_string(),
+        per_second: latencies.len() as f64 / elapsed,
+        p50_ms: percentile_ms(&latencies, 0.50),
+        p99_ms: percentile_ms(&latencies, 0.99),
+    })
+}
+
+fn percentile_ms(sorted: &[Duration], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    let index = ((last as f64) * p).round() as usize;
+    Some(sorted[index].as_secs_f64() * 1000.0)
+}
+
+/// The statement the server runs, with this arm's quota bound as literals.
+fn pgbench_script(quota: &str) -> String {
+    include_str!("../sql/reserve_slots.sql")
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("$1::text", &format!("'{quota}'::text"))
+        .replace("$2::bigint", "1::bigint")
+        .replace("$3::bigint", &format!("{UNREACHABLE_CEILING}::bigint"))
+        .replace("$4::boolean", "false")
+        + ";\n"
+}
+
+async fn pgbench(
+    config: &Config,
+    tag: &str,
+    concurrency: usize,
+    duration: Duration,
+) -> anyhow::Result<ArmResult> {
+    let quota = format!("{tag}-pgbench");
+    let store = Store::new(store::connect_lazy(config)?);
+    store.put_quota(&quota, UNREACHABLE_CEILING).await?;
+    let script = std::env::temp_dir().join(format!("{quota}.sql"));
+    tokio::fs::write(&script, pgbench_script(&quota)).await?;
+    let output = tokio::process::Command::new("pgbench")
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &concurrency.to_string(),
+            "-j",
+            "2",
+        ])
+        .args(["-T", &duration.as_secs().max(1).to_string(), "-f"])
+        .arg(&script)
+        .arg(config.database_url.expose())
+        .output()
+        .await
+        .context("running pgbench")?;
+    let _ = tokio::fs::remove_file(&script).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let field = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok())
+    };
+    Ok(ArmResult {
+        name: "same upsert via pgbench (baseline)".into(),
+        per_second: field("tps = ").context("no tps in pgbench output")?,
+        // pgbench reports the mean latency only; shown in the p50 column as "avg".
+        p50_ms: field("latency average = "),
+        p99_ms: None,
+    })
+}
+
+struct OverDemand {
+    asked: usize,
+    granted: usize,
+    deferred: usize,
+    ceiling: i64,
+}
+
+/// Four times the ceiling, asked concurrently over HTTP on an enforced flow.
+async fn over_demand(
+    client: &reqwest::Client,
+    base: &str,
+    flow: &str,
+    ceiling: i64,
+    concurrency: usize,
+) -> anyhow::Result<OverDemand> {
+    let asked = (ceiling.max(1) * 4) as usize;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url, flow, next) = (
+            client.clone(),
+            format!("{base}/v1/reserve"),
+            flow.to_string(),
+            next.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < asked {
+                outcomes.push(reserve(&client, &url, &flow).await?.outcome);
+            }
+            anyhow::Ok(outcomes)
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.extend(task.await??);
+    }
+    let count = |o: Outcome| outcomes.iter().filter(|x| **x == o).count();
+    Ok(OverDemand {
+        asked,
+        granted: count(Outcome::Granted),
+        deferred: count(Outcome::Deferred),
+        ceiling,
+    })
+}
+
+fn print_report(args: &BenchArgs, arms: &[ArmResult], over: &OverDemand) {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    println!(
+        "quota-arbiter bench, {}, {} concurrent callers, {:?} per arm, one hot quota",
+        Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        args.concurrency,
+        args.duration
+    );
+    println!(
+        "{:<40} {:>12} {:>9} {:>9}",
+        "arm", "decisions/s", "p50 ms", "p99 ms"
+    );
+    for arm in arms {
+        println!(
+            "{:<40} {:>12.0} {:>9} {:>9}",
+            arm.name,
+            arm.per_second,
+            ms(arm.p50_ms),
+            ms(arm.p99_ms)
+        );
+    }
+    if let [http, baseline, ..] = arms {
+        println!(
+            "HTTP / bare upsert (sqlx): {:.2}",
+            http.per_second / baseline.per_second
+        );
+    }
+    if let Some(pg) = arms.get(2) {
+        println!(
+            "HTTP / same upsert (pgbench): {:.2}",
+            arms[0].per_second / pg.per_second
+        );
+    }
+    println!(
+        "over-demand check: asked {}, granted {}, deferred {}, ceiling {} -> {}",
+        over.asked,
+        over.granted,
+        over.deferred,
+        over.ceiling,
+        if over.granted as i64 == over.ceiling {
+            "exact"
+        } else {
+            "MISMATCH"
+        }
+    );
+}

@@ -1,0 +1,76 @@
+//! Deadline bypass (DESIGN §2): work due within the bypass horizon outranks
+//! the quota. This path is deliberately not handed the reservation store, so it
+//! cannot call the reservation, and a broken store cannot hold it back. The
+//! slots it spends are counted after the fact.
+
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::catalog::Catalog;
+use crate::clock::DbClock;
+use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::metrics::Metrics;
+use crate::tally::Ledger;
+
+#[derive(Clone)]
+pub struct BypassDesk {
+    catalog: Catalog,
+    ledger: Ledger,
+    clock: DbClock,
+    metrics: Metrics,
+    horizon: chrono::Duration,
+}
+
+impl BypassDesk {
+    pub fn new(
+        catalog: Catalog,
+        ledger: Ledger,
+        clock: DbClock,
+        metrics: Metrics,
+        horizon: Duration,
+    ) -> Self {
+        Self {
+            catalog,
+            ledger,
+            clock,
+            metrics,
+            horizon: chrono::Duration::from_std(horizon).unwrap_or(chrono::Duration::MAX),
+        }
+    }
+
+    /// Grants the request as `bypassed` when its deadline is within the
+    /// horizon; `None` sends it down the normal path.
+    pub fn try_bypass(&self, request: &SlotRequest) -> Option<Decision> {
+        let deadline = request.deadline?;
+        // The database clock as last read; only before the very first reading
+        // (store never reached) does the replica's own clock stand in.
+        let now = self.clock.now().unwrap_or_else(Utc::now);
+        if deadline - now > self.horizon {
+            return None;
+        }
+        let mut decision = Decision::new(Outcome::Bypassed, &request.flow);
+        decision.window_start = self.clock.window_start();
+        let rule = self.catalog.snapshot().and_then(|s| s.rule(&request.flow));
+        if let Some(rule) = &rule {
+            decision.quota = Some(rule.quota.name.clone());
+            decision.mode = Some(rule.flow.mode);
+            self.ledger.spend_after_the_fact(
+                &rule.quota.name,
+                decision.window_start,
+                request.count,
+            );
+        }
+        tracing::info!(
+            flow = %request.flow,
+            quota = decision.quota.as_deref().unwrap_or(""),
+            count = request.count,
+            deadline = %deadline,
+            reference = request.reference.as_deref().unwrap_or(""),
+            "deadline bypass: granted outside the quota"
+        );
+        self.metrics.record_decision(&decision, rule.is_some());
+        self.ledger.tally(&decision);
+        Some(decision)
+    }
+}

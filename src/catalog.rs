@@ -1,0 +1,177 @@
+//! Quotas and flows as every replica sees them: an in-memory snapshot of the
+//! `quota` and `flow` tables, refreshed from the database. Decisions read the
+//! snapshot so that observe, count and unknown flows keep answering when the
+//! store is out of reach.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+pub const MAX_NAME_LEN: usize = 128;
+
+/// What a flow's decisions do with the quota (DESIGN §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Attempt and count the slot, always grant; flag what enforcement would defer.
+    Observe,
+    /// A full window defers.
+    Enforce,
+    /// Never throttled; counted after the fact.
+    Count,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Observe => "observe",
+            Mode::Enforce => "enforce",
+            Mode::Count => "count",
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "observe" => Ok(Mode::Observe),
+            "enforce" => Ok(Mode::Enforce),
+            "count" => Ok(Mode::Count),
+            other => Err(format!(
+                "unknown mode `{other}` (observe, enforce or count)"
+            )),
+        }
+    }
+}
+
+/// Names of quotas and flows end up in URLs, metric labels and log lines, so
+/// they are kept to a small, printable alphabet (the tables check the same).
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!("must be at most {MAX_NAME_LEN} characters"));
+    }
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || "._:/-".contains(c));
+    if !(first_ok && rest_ok) {
+        return Err(
+            "must start with a letter or digit and use only letters, digits and . _ : / -".into(),
+        );
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaRule {
+    pub name: String,
+    pub hourly_ceiling: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowRule {
+    pub name: String,
+    pub quota: String,
+    pub mode: Mode,
+    pub priority: i16,
+}
+
+/// A flow together with the quota it spends, as a decision needs them.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    pub flow: FlowRule,
+    pub quota: QuotaRule,
+}
+
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    quotas: HashMap<String, QuotaRule>,
+    flows: HashMap<String, FlowRule>,
+}
+
+impl Snapshot {
+    pub fn rule(&self, flow: &str) -> Option<Rule> {
+        let flow = self.flows.get(flow)?;
+        let quota = self.quotas.get(&flow.quota)?;
+        Some(Rule {
+            flow: flow.clone(),
+            quota: quota.clone(),
+        })
+    }
+
+    pub fn flows(&self) -> impl Iterator<Item = &FlowRule> {
+        self.flows.values()
+    }
+}
+
+/// The replica's view of the catalog. `None` until the first successful load:
+/// until then nobody can tell an enforced flow from an unknown one, so
+/// decisions that would need the store fail closed.
+#[derive(Clone, Default)]
+pub struct Catalog {
+    current: Arc<RwLock<Option<Arc<Snapshot>>>>,
+}
+
+impl Catalog {
+    pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.snapshot().is_some()
+    }
+
+    /// Reads both tables in one transaction so the snapshot is consistent.
+    pub async fn refresh(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        let quotas = sqlx::query_file!("sql/list_quotas.sql")
+            .fetch_all(&mut *tx)
+            .await?;
+        let flows = sqlx::query_file!("sql/list_flows.sql")
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let snapshot = Arc::new(Snapshot {
+            quotas: quotas
+                .into_iter()
+                .map(|q| {
+                    let rule = QuotaRule {
+                        name: q.name.clone(),
+                        hourly_ceiling: q.hourly_ceiling,
+                    };
+                    (q.name, rule)
+                })
+                .collect(),
+            flows: flows
+                .into_iter()
+                .filter_map(|f| {
+                    // The table's CHECK keeps modes valid; a value this build
+                    // does not know is skipped rather than guessed at.
+                    let mode = f.mode.parse().ok()?;
+                    let rule = FlowRule {
+                        name: f.name.clone(),
+                        quota: f.quota,
+                        mode,
+                        priority: f.priority,
+                    };
+                    Some((f.name, rule))
+                })
+                .collect(),
+        });
+        *self
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(snapshot.clone());
+        Ok(snapshot)
+    }
+}

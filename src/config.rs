@@ -1,0 +1,227 @@
+//! Configuration: serialized defaults < TOML file (`QUOTA_CONFIG`, else
+//! `quota-arbiter.toml` when present) < environment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::Mode;
+
+pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub database_url: Secret,
+    pub listen: SocketAddr,
+    /// Ceiling of a quota that names none.
+    pub hourly_ceiling: i64,
+    /// Work whose deadline is this close is granted as `bypassed`.
+    #[serde(with = "humantime_serde_compat")]
+    pub bypass_horizon: Duration,
+    pub admin_token: Option<Secret>,
+    /// `text` or `json`.
+    pub log_format: LogFormat,
+    /// Apply migrations when `serve` starts.
+    pub migrate_on_start: bool,
+    /// Upper bound on how long an enforced decision waits for the store before
+    /// answering 503; kept under the 2 s promised by DESIGN §3.4.
+    #[serde(with = "humantime_serde_compat")]
+    pub store_timeout: Duration,
+    pub max_connections: u32,
+    #[serde(default)]
+    pub quotas: BTreeMap<String, QuotaSeed>,
+    #[serde(default)]
+    pub flows: BTreeMap<String, FlowSeed>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSeed {
+    pub hourly_ceiling: Option<i64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSeed {
+    pub quota: String,
+    pub mode: Option<Mode>,
+    pub priority: Option<i16>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            database_url: Secret("postgres://localhost/quota_arbiter".into()),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            hourly_ceiling: 1000,
+            bypass_horizon: Duration::from_secs(15 * 60),
+            admin_token: None,
+            log_format: LogFormat::Text,
+            migrate_on_start: true,
+            store_timeout: Duration::from_millis(1500),
+            max_connections: 16,
+            quotas: BTreeMap::new(),
+            flows: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads the layered configuration from the process environment.
+    pub fn load() -> Result<Self, ConfigError> {
+        let file = std::env::var_os("QUOTA_CONFIG").map(PathBuf::from);
+        Self::figment(file.as_deref())
+            .extract::<Self>()
+            .map_err(ConfigError::from)
+            .and_then(Self::validated)
+    }
+
+    /// The layers, exposed so tests can inspect where a value came from.
+    pub fn figment(file: Option<&Path>) -> Figment {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) => figment = figment.merge(Toml::file_exact(path)),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_FILE))
+            }
+            None => {}
+        }
+        figment
+            .merge(Env::raw().only(&["DATABASE_URL"]))
+            .merge(Env::prefixed("QUOTA_").ignore(&["CONFIG"]))
+    }
+
+    fn validated(self) -> Result<Self, ConfigError> {
+        let invalid = |key: &str, why: String| ConfigError::Invalid {
+            key: key.to_string(),
+            why,
+        };
+        if self.hourly_ceiling < 0 {
+            return Err(invalid("hourly_ceiling", "must be 0 or more".into()));
+        }
+        if self.store_timeout > Duration::from_millis(1900) || self.store_timeout.is_zero() {
+            return Err(invalid(
+                "store_timeout",
+                "must be above 0 and at most 1.9s (503 within 2 s)".into(),
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(invalid("max_connections", "must be at least 1".into()));
+        }
+        for (name, quota) in &self.quotas {
+            crate::catalog::validate_name(name)
+                .map_err(|why| invalid(&format!("quotas.{name}"), why))?;
+            if quota.hourly_ceiling.is_some_and(|c| c < 0) {
+                return Err(invalid(
+                    &format!("quotas.{name}.hourly_ceiling"),
+                    "must be 0 or more".into(),
+                ));
+            }
+        }
+        for (name, flow) in &self.flows {
+            crate::catalog::validate_name(name)
+                .map_err(|why| invalid(&format!("flows.{name}"), why))?;
+            crate::catalog::validate_name(&flow.quota)
+                .map_err(|why| invalid(&format!("flows.{name}.quota"), why))?;
+            if flow.priority.is_some_and(|p| !(1..=9).contains(&p)) {
+                return Err(invalid(
+                    &format!("flows.{name}.priority"),
+                    "must be between 1 and 9".into(),
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("database_url", &self.database_url)
+            .field("listen", &self.listen)
+            .field("hourly_ceiling", &self.hourly_ceiling)
+            .field("bypass_horizon", &self.bypass_horizon)
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "[redacted]"),
+            )
+            .field("log_format", &self.log_format)
+            .field("migrate_on_start", &self.migrate_on_start)
+            .field("store_timeout", &self.store_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("quotas", &self.quotas)
+            .field("flows", &self.flows)
+            .finish()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// figment's message names the key and the provider (file or env var) it came from.
+    #[error("configuration error: {0}")]
+    Figment(Box<figment::Error>),
+    #[error("configuration error: `{key}` {why}")]
+    Invalid { key: String, why: String },
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(error: figment::Error) -> Self {
+        Self::Figment(Box::new(error))
+    }
+}
+
+/// A value that must never reach a log line: Debug prints it redacted (a
+/// database URL keeps its host and database so operators can still tell which).
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.split_once("://") {
+            Some((scheme, rest)) => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                write!(f, "{scheme}://[redacted]@{host}")
+            }
+            None => f.write_str("[redacted]"),
+        }
+    }
+}
+
+/// Durations are written the human way ("15m", "1500ms") in files and env.
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!("`{text}` is not a duration like 15m or 90s: {e}"))
+        })
+    }
+}

@@ -1,0 +1,110 @@
+//! The vocabulary of a decision (DESIGN §2): what a worker asks and what the
+//! arbiter answers.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::catalog::Mode;
+
+/// Largest `count` one reservation may ask for: one business operation that
+/// makes several calls, not a bulk import.
+pub const MAX_COUNT: i64 = 10_000;
+pub const MAX_REF_LEN: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Granted,
+    /// A normal answer: try again at `retry_at`.
+    Deferred,
+    /// Deadline work that outranks the quota; counted after the fact.
+    Bypassed,
+    /// Never throttled: unknown flow, or a flow in `count` mode.
+    Unthrottled,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Granted => "granted",
+            Outcome::Deferred => "deferred",
+            Outcome::Bypassed => "bypassed",
+            Outcome::Unthrottled => "unthrottled",
+        }
+    }
+}
+
+/// A validated request for `count` slots of a flow's quota.
+#[derive(Clone, Debug)]
+pub struct SlotRequest {
+    pub flow: String,
+    pub count: i64,
+    pub deadline: Option<DateTime<Utc>>,
+    pub reference: Option<String>,
+}
+
+impl SlotRequest {
+    pub fn new(
+        flow: String,
+        count: Option<i64>,
+        deadline: Option<DateTime<Utc>>,
+        reference: Option<String>,
+    ) -> Result<Self, String> {
+        crate::catalog::validate_name(&flow).map_err(|why| format!("`flow` {why}"))?;
+        let count = count.unwrap_or(1);
+        if !(1..=MAX_COUNT).contains(&count) {
+            return Err(format!("`count` must be between 1 and {MAX_COUNT}"));
+        }
+        if reference.as_ref().is_some_and(|r| r.len() > MAX_REF_LEN) {
+            return Err(format!("`ref` must be at most {MAX_REF_LEN} characters"));
+        }
+        Ok(Self {
+            flow,
+            count,
+            deadline,
+            reference,
+        })
+    }
+}
+
+/// The arbiter's answer. Every business outcome is a decision, never an error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Decision {
+    pub outcome: Outcome,
+    pub flow: String,
+    /// `null` for a flow the arbiter does not know.
+    pub quota: Option<String>,
+    pub mode: Option<Mode>,
+    pub window_start: Option<DateTime<Utc>>,
+    /// When the slot can exist (deferred only), by the database clock.
+    pub retry_at: Option<DateTime<Utc>>,
+    /// Whole seconds until `retry_at`, rounded up; also sent as `Retry-After`.
+    pub retry_after_seconds: Option<i64>,
+    /// Observe mode: enforcement would have deferred this decision.
+    pub would_defer: bool,
+}
+
+impl Decision {
+    pub fn new(outcome: Outcome, flow: &str) -> Self {
+        Self {
+            outcome,
+            flow: flow.to_string(),
+            quota: None,
+            mode: None,
+            window_start: None,
+            retry_at: None,
+            retry_after_seconds: None,
+            would_defer: false,
+        }
+    }
+
+    /// A deferral until `retry_at`, given the database's `now`.
+    pub fn deferred_until(mut self, retry_at: DateTime<Utc>, db_now: DateTime<Utc>) -> Self {
+        let millis = (retry_at - db_now).num_milliseconds().max(0);
+        self.outcome = Outcome::Deferred;
+        self.retry_at = Some(retry_at);
+        self.retry_after_seconds = Some((millis + 999) / 1000);
+        self
+    }
+}

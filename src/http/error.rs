@@ -1,0 +1,175 @@
+//! The one error type of the HTTP layer, rendered as `application/problem+json`
+//! (RFC 9457) with a stable `type` per class and no internal detail.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::arbiter::StoreUnavailable;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+const PROBLEM_BASE: &str = "https://quota-arbiter.dev/problems/";
+/// How long a caller should wait before asking again after a 503.
+const STORE_RETRY_AFTER_SECONDS: u64 = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("request body too large")]
+    PayloadTooLarge,
+    #[error("missing or wrong admin bearer token")]
+    Unauthorized,
+    #[error("the admin API is disabled: set QUOTA_ADMIN_TOKEN to enable it")]
+    AdminDisabled,
+    #[error("no such resource")]
+    NotFound,
+    #[error("method not allowed on this resource")]
+    MethodNotAllowed,
+    #[error(transparent)]
+    StoreUnavailable(#[from] StoreUnavailable),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// The problem document; `type` is stable per error class.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+}
+
+/// The cause of a 500 or 503, handed to the logging middleware so it is logged
+/// once, inside the request span, and never sent to the caller.
+#[derive(Clone, Debug)]
+pub struct FailureCause(pub Arc<str>);
+
+impl ApiError {
+    fn class(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => {
+                (StatusCode::BAD_REQUEST, "bad-request", "Malformed request")
+            }
+            ApiError::Invalid(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-request",
+                "Invalid request",
+            ),
+            ApiError::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Expected application/json",
+            ),
+            ApiError::PayloadTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Request body too large",
+            ),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::AdminDisabled => (
+                StatusCode::FORBIDDEN,
+                "admin-disabled",
+                "Admin API disabled",
+            ),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            ApiError::StoreUnavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Quota store unavailable",
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, slug, title) = self.class();
+        let (detail, cause) = match &self {
+            ApiError::StoreUnavailable(cause) => (
+                "the quota store did not answer in time; nothing was granted, try again"
+                    .to_string(),
+                Some(cause.to_string()),
+            ),
+            ApiError::Internal(cause) => ("internal error".to_string(), Some(format!("{cause:#}"))),
+            other => (other.to_string(), None),
+        };
+        let problem = Problem {
+            kind: format!("{PROBLEM_BASE}{slug}"),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail,
+        };
+        let mut response = (status, axum::Json(problem)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        match self {
+            ApiError::StoreUnavailable(_) => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(STORE_RETRY_AFTER_SECONDS),
+                );
+            }
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        if let Some(cause) = cause {
+            response.extensions_mut().insert(FailureCause(cause.into()));
+        }
+        response
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        ApiError::Internal(error.into())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::JsonDataError(e) => ApiError::Invalid(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest(e.body_text()),
+            JsonRejection::MissingJsonContentType(e) => {
+                ApiError::UnsupportedMediaType(e.body_text())
+            }
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+            other => ApiError::BadRequest(other.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::Invalid(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}

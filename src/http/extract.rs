@@ -1,0 +1,67 @@
+//! Extractors whose rejections use our problem+json format, and the admin guard.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{header, request::Parts};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::AppState;
+
+/// `axum::Json`, but a bad body becomes an [`ApiError`].
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = axum::extract::rejection::JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
+        Ok(ApiJson(value))
+    }
+}
+
+/// `axum::extract::Query`, with problem+json rejections.
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(ApiQuery(value))
+    }
+}
+
+/// Proof that the caller presented the admin bearer token.
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let expected = state.admin_token.as_ref().ok_or(ApiError::AdminDisabled)?;
+        let presented = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .ok_or(ApiError::Unauthorized)?;
+        // Constant-time, so the comparison does not leak how much matched.
+        if bool::from(presented.as_bytes().ct_eq(expected.expose().as_bytes())) {
+            Ok(Admin)
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The HTTP surface (DESIGN §4): one router per module, merged here.
+
+mod admin;
+pub mod error;
+mod extract;
+mod ops;
+mod reserve;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Json, Router};
+use tower::ServiceBuilder;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::arbiter::Arbiter;
+use crate::bypass::BypassDesk;
+use crate::catalog::Catalog;
+use crate::config::Secret;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use error::{ApiError, FailureCause};
+
+/// Request bodies are small JSON documents; anything bigger is refused.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub arbiter: Arbiter,
+    pub bypass: BypassDesk,
+    pub store: Store,
+    pub catalog: Catalog,
+    pub metrics: Metrics,
+    pub admin_token: Option<Secret>,
+    pub default_ceiling: i64,
+    pub store_timeout: Duration,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "quota-arbiter", description = "Share a third-party quota across many workers, with PostgreSQL as the arbiter"),
+    modifiers(&AdminToken)
+)]
+struct ApiDoc;
+
+struct AdminToken;
+
+impl Modify for AdminToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+fn documented_routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(reserve::router())
+        .merge(admin::router())
+        .merge(ops::router())
+        .split_for_parts()
+}
+
+/// The OpenAPI document, derived from the same routes the server mounts.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    documented_routes().1
+}
+
+pub fn app(state: AppState) -> Router {
+    let (routes, spec) = documented_routes();
+    let spec = Arc::new(spec);
+    routes
+        .route(
+            "/openapi.json",
+            get(move || async move { Json(spec.as_ref().clone()) }),
+        )
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(RequestIds::default()))
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(middleware::from_fn(log_failures)),
+        )
+}
+
+fn request_span(request: &Request) -> tracing::Span {
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
+}
+
+/// Logs the cause of a 5xx once, inside the request span; the caller only ever
+/// sees the opaque problem document.
+async fn log_failures(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if let Some(FailureCause(cause)) = response.extensions().get::<FailureCause>() {
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(cause = %cause, "store unavailable");
+        } else {
+            tracing::error!(cause = %cause, "request failed");
+        }
+    }
+    response
+}
+
+/// Request ids unique across replicas: process start time and a counter.
+#[derive(Clone)]
+struct RequestIds {
+    prefix: String,
+    next: Arc<AtomicU64>,
+}
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Self {
+            prefix: format!("{:x}{:x}", started.as_micros(), std::process::id()),
+            next: Arc::default(),
+        }
+    }
+}
+
+impl MakeRequestId for RequestIds {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::from_str(&format!("{}-{n:x}", self.prefix))
+            .ok()
+            .map(RequestId::new)
+    }
+}

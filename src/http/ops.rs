@@ -1,0 +1,75 @@
+//! Operations endpoints: liveness, readiness, metrics.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Readiness {
+    pub ready: bool,
+    /// The store answers and every migration of this build is applied.
+    pub store: bool,
+    /// Quotas and flows have been loaded at least once.
+    pub catalog: bool,
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// The store is reachable with migrations applied, and the catalog is loaded.
+#[utoipa::path(get, path = "/readyz", tag = "ops",
+    responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
+    let store = tokio::time::timeout(state.store_timeout, state.store.is_ready())
+        .await
+        .unwrap_or(false);
+    let catalog = state.catalog.is_loaded();
+    let ready = store && catalog;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Readiness {
+            ready,
+            store,
+            catalog,
+        }),
+    )
+}
+
+/// Prometheus text exposition.
+#[utoipa::path(get, path = "/metrics", tag = "ops",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}

@@ -1,0 +1,66 @@
+//! `POST /v1/reserve`: ask before each emission.
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::error::{ApiError, Problem};
+use super::extract::ApiJson;
+use super::AppState;
+use crate::decision::{Decision, SlotRequest};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveBody {
+    /// The flow that spends the quota.
+    #[schema(example = "invoice", max_length = 128)]
+    pub flow: String,
+    /// Slots to reserve, all or nothing (default 1).
+    #[schema(minimum = 1, maximum = 10000)]
+    pub count: Option<i64>,
+    /// Work due within the bypass horizon is granted as `bypassed`.
+    pub deadline: Option<DateTime<Utc>>,
+    /// The caller's reference, echoed in logs.
+    #[serde(rename = "ref")]
+    #[schema(max_length = 256)]
+    pub reference: Option<String>,
+}
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(reserve))
+}
+
+/// Ask for slots before an emission. Every business outcome is HTTP 200.
+#[utoipa::path(
+    post, path = "/v1/reserve", tag = "reserve",
+    request_body = ReserveBody,
+    responses(
+        (status = 200, description = "A decision: granted, deferred, bypassed or unthrottled", body = Decision,
+         headers(("Retry-After" = u64, description = "On deferral: seconds until retry_at, rounded up"))),
+        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Enforced flow and the store did not answer", body = Problem,
+         content_type = "application/problem+json"),
+    )
+)]
+pub async fn reserve(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ReserveBody>,
+) -> Result<(HeaderMap, Json<Decision>), ApiError> {
+    let request = SlotRequest::new(body.flow, body.count, body.deadline, body.reference)
+        .map_err(ApiError::Invalid)?;
+    // Deadline work goes first, down a path that holds no reservation store.
+    let decision = match state.bypass.try_bypass(&request) {
+        Some(decision) => decision,
+        None => state.arbiter.decide(&request).await?,
+    };
+    let mut headers = HeaderMap::new();
+    if let Some(seconds) = decision.retry_after_seconds {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    Ok((headers, Json(decision)))
+}

@@ -1,0 +1,17 @@
+//! quota-arbiter: many workers share a third-party quota, with PostgreSQL as
+//! the single atomic arbiter. See DESIGN.md for the contract.
+
+pub mod arbiter;
+pub mod bench;
+pub mod bypass;
+pub mod catalog;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod decision;
+pub mod http;
+pub mod metrics;
+pub mod startup;
+pub mod store;
+pub mod tally;
+pub mod telemetry;

@@ -1,0 +1,217 @@
+//! Building and running the service: the listener (port 0 in tests), the
+//! shared state and the background tasks that keep a replica in step with the
+//! database.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+
+use crate::arbiter::Arbiter;
+use crate::bypass::BypassDesk;
+use crate::catalog::Catalog;
+use crate::clock::DbClock;
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::metrics::Metrics;
+use crate::store::{self, Store};
+use crate::tally::Ledger;
+
+/// How often a replica re-reads the catalog and the database clock. A mode
+/// flipped anywhere is obeyed by every replica within about this long.
+const SYNC_EVERY: Duration = Duration::from_secs(1);
+/// How often counts and tallies made off the hot path are written.
+const FLUSH_EVERY: Duration = Duration::from_millis(250);
+/// How long `build` waits for the store before serving anyway (not ready).
+const STARTUP_WAIT: Duration = Duration::from_secs(3);
+
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    ledger: Ledger,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Application {
+    /// Connects (lazily) to `database_url`, creating the database and applying
+    /// migrations when the store is reachable, and binds the listener.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let pool = store::connect_lazy(&config)?;
+        Self::build_with_pool(config, pool).await
+    }
+
+    pub async fn build_with_pool(config: Config, pool: PgPool) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let store = Store::new(pool);
+        let (catalog, ledger, clock, metrics) = (
+            Catalog::default(),
+            Ledger::default(),
+            DbClock::default(),
+            Metrics::new(),
+        );
+        let state = AppState {
+            arbiter: Arbiter::new(
+                store.clone(),
+                catalog.clone(),
+                ledger.clone(),
+                clock.clone(),
+                metrics.clone(),
+                config.store_timeout,
+            ),
+            bypass: BypassDesk::new(
+                catalog.clone(),
+                ledger.clone(),
+                clock.clone(),
+                metrics.clone(),
+                config.bypass_horizon,
+            ),
+            store: store.clone(),
+            catalog: catalog.clone(),
+            metrics,
+            admin_token: config.admin_token.clone(),
+            default_ceiling: config.hourly_ceiling,
+            store_timeout: config.store_timeout,
+        };
+        let bootstrap = tokio::spawn(bootstrap(config, store.clone(), catalog.clone()));
+        // Serve at once when the store is there; otherwise start not ready and
+        // let the bootstrap task keep trying.
+        let bootstrap_done = tokio::time::timeout(STARTUP_WAIT, async {
+            while !catalog.is_loaded() && !bootstrap.is_finished() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        if bootstrap_done.is_err() {
+            tracing::warn!("store not ready at start-up; serving (not ready) and retrying");
+        }
+        let background = vec![
+            bootstrap,
+            tokio::spawn(sync_loop(store.clone(), catalog, clock)),
+            tokio::spawn(flush_loop(store, ledger.clone())),
+        ];
+        Ok(Self {
+            listener,
+            state,
+            ledger,
+            background,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr().port()
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `stop` resolves, then writes what is still pending.
+    pub async fn run_until(
+        self,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        tracing::info!(addr = %self.local_addr(), "listening");
+        let pool = self.state.store.pool().clone();
+        let served = axum::serve(self.listener, http::app(self.state))
+            .with_graceful_shutdown(stop)
+            .await;
+        for task in &self.background {
+            task.abort();
+        }
+        if let Err(error) = self.ledger.flush(&pool).await {
+            tracing::warn!(%error, "could not write the last tallies at shutdown");
+        }
+        served
+    }
+}
+
+/// Creates the database, migrates and seeds, retrying until the store answers.
+async fn bootstrap(config: Config, store: Store, catalog: Catalog) {
+    let mut delay = Duration::from_millis(250);
+    loop {
+        match bootstrap_once(&config, &store, &catalog).await {
+            Ok(()) => return tracing::info!("store ready: migrations applied, catalog loaded"),
+            Err(error) => {
+                tracing::warn!(error = %format!("{error:#}"), "store not ready; retrying")
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn bootstrap_once(config: &Config, store: &Store, catalog: &Catalog) -> anyhow::Result<()> {
+    if config.migrate_on_start {
+        store::ensure_database(config).await?;
+        store::migrate(store.pool()).await?;
+    }
+    store::seed_catalog(store.pool(), config).await?;
+    catalog.refresh(store.pool()).await?;
+    Ok(())
+}
+
+async fn sync_loop(store: Store, catalog: Catalog, clock: DbClock) {
+    let mut tick = tokio::time::interval(SYNC_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut healthy = true;
+    loop {
+        tick.tick().await;
+        let synced = async {
+            clock.observe(store.read_clock().await?);
+            catalog.refresh(store.pool()).await
+        }
+        .await;
+        match (synced, healthy) {
+            (Ok(_), false) => {
+                tracing::info!("store reachable again");
+                healthy = true;
+            }
+            (Err(error), true) => {
+                tracing::warn!(%error, "cannot sync catalog and clock from the store");
+                healthy = false;
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn flush_loop(store: Store, ledger: Ledger) {
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(error) = ledger.flush(store.pool()).await {
+            tracing::debug!(%error, "tallies not written yet; kept for the next flush");
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,88 @@
+//! PostgreSQL: the single atomic arbiter. Every statement lives in `sql/`.
+
+mod admin;
+mod bootstrap;
+
+pub use admin::{FlowRow, QuotaRow, WindowRow};
+pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
+
+use sqlx::PgPool;
+
+use crate::clock::ClockReading;
+
+/// The reservation store: the only code that can spend a slot conditionally.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+/// What the conditional upsert answered.
+#[derive(Clone, Copy, Debug)]
+pub struct Reservation {
+    pub clock: ClockReading,
+    /// The window's count after this reservation; `None` when it was refused.
+    pub count_after: Option<i64>,
+}
+
+impl Store {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// One conditional upsert (DESIGN §3.2): takes `slots` of `quota` in the
+    /// current window if `count + slots <= ceiling`, or unconditionally when
+    /// `spend_regardless` (observe mode keeps `count` honest).
+    #[tracing::instrument(skip(self), err)]
+    pub async fn reserve_slots(
+        &self,
+        quota: &str,
+        slots: i64,
+        ceiling: i64,
+        spend_regardless: bool,
+    ) -> Result<Reservation, sqlx::Error> {
+        let row = sqlx::query_file!(
+            "sql/reserve_slots.sql",
+            quota,
+            slots,
+            ceiling,
+            spend_regardless
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Reservation {
+            clock: ClockReading {
+                db_now: row.db_now,
+                window_start: row.window_start,
+                window_end: row.window_end,
+            },
+            count_after: row.count_after,
+        })
+    }
+
+    pub async fn read_clock(&self) -> Result<ClockReading, sqlx::Error> {
+        let row = sqlx::query_file!("sql/db_clock.sql")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(ClockReading {
+            db_now: row.db_now,
+            window_start: row.window_start,
+            window_end: row.window_end,
+        })
+    }
+
+    /// Ready: the store answers and every migration of this build is applied.
+    pub async fn is_ready(&self) -> bool {
+        let expected = MIGRATOR.iter().count() as i64;
+        match sqlx::query_file!("sql/readiness.sql")
+            .fetch_one(&self.pool)
+            .await
+        {
+            Ok(row) => row.applied >= expected,
+            Err(_) => false,
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Counting after the fact. Decisions are tallied, and emissions that never
+//! went through the reservation (count mode, deadline bypass) are added to their
+//! window, in memory first and then in batches by a background flusher. Nothing
+//! here can fail or slow down a decision: a flush that fails keeps its numbers
+//! for the next try.
+
+use std::collections::HashMap;
+use std::mem;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use crate::decision::{Decision, Outcome};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct TallyKey {
+    /// `None`: the window the database clock is in when the batch is written.
+    window_start: Option<DateTime<Utc>>,
+    quota: Option<String>,
+    flow: String,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct OutcomeCounts {
+    granted: i64,
+    deferred: i64,
+    would_defer: i64,
+    bypassed: i64,
+    unthrottled: i64,
+}
+
+impl OutcomeCounts {
+    fn add(&mut self, other: OutcomeCounts) {
+        self.granted += other.granted;
+        self.deferred += other.deferred;
+        self.would_defer += other.would_defer;
+        self.bypassed += other.bypassed;
+        self.unthrottled += other.unthrottled;
+    }
+}
+
+#[derive(Default)]
+struct Pending {
+    tallies: HashMap<TallyKey, OutcomeCounts>,
+    /// Slots spent without a reservation, by (quota, window).
+    slots: HashMap<(String, Option<DateTime<Utc>>), i64>,
+}
+
+impl Pending {
+    fn merge(&mut self, other: Pending) {
+        for (key, counts) in other.tallies {
+            self.tallies.entry(key).or_default().add(counts);
+        }
+        for (key, slots) in other.slots {
+            *self.slots.entry(key).or_default() += slots;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.tallies.is_empty() && self.slots.is_empty()
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct Ledger {
+    pending: Arc<Mutex<Pending>>,
+}
+
+impl Ledger {
+    /// Tallies one decision.
+    pub fn tally(&self, decision: &Decision) {
+        let mut counts = OutcomeCounts::default();
+        match decision.outcome {
+            Outcome::Granted => counts.granted = 1,
+            Outcome::Deferred => counts.deferred = 1,
+            Outcome::Bypassed => counts.bypassed = 1,
+            Outcome::Unthrottled => counts.unthrottled = 1,
+        }
+        counts.would_defer = i64::from(decision.would_defer);
+        let key = TallyKey {
+            window_start: decision.window_start,
+            quota: decision.quota.clone(),
+            flow: decision.flow.clone(),
+        };
+        self.lock().tallies.entry(key).or_default().add(counts);
+    }
+
+    /// Records slots spent without a reservation, to be added to their window.
+    pub fn spend_after_the_fact(
+        &self,
+        quota: &str,
+        window_start: Option<DateTime<Utc>>,
+        slots: i64,
+    ) {
+        *self
+            .lock()
+            .slots
+            .entry((quota.to_string(), window_start))
+            .or_default() += slots;
+    }
+
+    /// Writes everything pending in one transaction; on failure the numbers
+    /// are put back, to be written by the next flush.
+    pub async fn flush(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        let batch = mem::take(&mut *self.lock());
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match write_batch(pool, &batch).await {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                self.lock().merge(batch);
+                Err(error)
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+async fn write_batch(pool: &PgPool, batch: &Pending) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    if !batch.slots.is_empty() {
+        let (mut quotas, mut windows, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+        for ((quota, window), n) in &batch.slots {
+            quotas.push(quota.clone());
+            windows.push(*window);
+            slots.push(*n);
+        }
+        sqlx::query_file!(
+            "sql/count_slots.sql",
+            &quotas,
+            &windows as &[Option<DateTime<Utc>>],
+            &slots
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    if !batch.tallies.is_empty() {
+        let mut columns = TallyColumns::default();
+        for (key, counts) in &batch.tallies {
+            columns.push(key, counts);
+        }
+        let c = columns;
+        sqlx::query_file!(
+            "sql/record_tallies.sql",
+            &c.windows as &[Option<DateTime<Utc>>],
+            &c.quotas as &[Option<String>],
+            &c.flows,
+            &c.granted,
+            &c.deferred,
+            &c.would_defer,
+            &c.bypassed,
+            &c.unthrottled
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await
+}
+
+#[derive(Default)]
+struct TallyColumns {
+    windows: Vec<Option<DateTime<Utc>>>,
+    quotas: Vec<Option<String>>,
+    flows: Vec<String>,
+    granted: Vec<i64>,
+    deferred: Vec<i64>,
+    would_defer: Vec<i64>,
+    bypassed: Vec<i64>,
+    unthrottled: Vec<i64>,
+}
+
+impl TallyColumns {
+    fn push(&mut self, key: &TallyKey, counts: &OutcomeCounts) {
+        self.windows.push(key.window_start);
+        self.quotas.push(key.quota.clone());
+        self.flows.push(key.flow.clone());
+        self.granted.push(counts.granted);
+        self.deferred.push(counts.deferred);
+        self.would_defer.push(counts.would_defer);
+        self.bypassed.push(counts.bypassed);
+        self.unthrottled.push(counts.unthrottled);
+    }
+}

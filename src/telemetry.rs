@@ -1,0 +1,26 @@
+//! Tracing subscriber: human-readable or JSON lines, filtered by RUST_LOG.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+pub fn init(format: LogFormat) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::stdout().is_terminal());
+    let result = match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    // A second init (tests) keeps the first subscriber.
+    let _ = result;
+}
