@@ -15,6 +15,18 @@ use crate::catalog::Mode;
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
+/// Keys read from `QUOTA_<KEY>` environment variables.
+const ENV_KEYS: &[&str] = &[
+    "listen",
+    "hourly_ceiling",
+    "bypass_horizon",
+    "admin_token",
+    "log_format",
+    "migrate_on_start",
+    "store_timeout",
+    "max_connections",
+];
+
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -102,10 +114,20 @@ impl Config {
         }
         figment
             .merge(Env::raw().only(&["DATABASE_URL"]))
-            .merge(Env::prefixed("QUOTA_").ignore(&["CONFIG"]))
+            // Only the keys we own: orchestrators inject QUOTA_* variables of
+            // their own (a service named quota-arbiter gets QUOTA_ARBITER_PORT).
+            .merge(Env::prefixed("QUOTA_").only(ENV_KEYS))
     }
 
-    fn validated(self) -> Result<Self, ConfigError> {
+    fn validated(mut self) -> Result<Self, ConfigError> {
+        // An empty token would enable an admin API nobody can call.
+        if self
+            .admin_token
+            .as_ref()
+            .is_some_and(|t| t.expose().is_empty())
+        {
+            self.admin_token = None;
+        }
         let invalid = |key: &str, why: String| ConfigError::Invalid {
             key: key.to_string(),
             why,
@@ -171,8 +193,7 @@ impl fmt::Debug for Config {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// figment's message names the key and the provider (file or env var) it came from.
-    #[error("configuration error: {0}")]
+    #[error("configuration error: {}", describe(.0))]
     Figment(Box<figment::Error>),
     #[error("configuration error: `{key}` {why}")]
     Invalid { key: String, why: String },
@@ -184,11 +205,55 @@ impl From<figment::Error> for ConfigError {
     }
 }
 
+/// Each problem with the key it concerns and where the value came from: the
+/// file's path, or the exact environment variable.
+fn describe(errors: &figment::Error) -> String {
+    errors
+        .clone()
+        .into_iter()
+        .map(|error| {
+            let key = error.path.join(".").to_lowercase();
+            let source = match &error.metadata {
+                Some(meta) if meta.name.contains("environment variable") => {
+                    let prefix = meta.name.split('`').nth(1).unwrap_or("");
+                    format!("environment variable {prefix}{}", key.to_uppercase())
+                }
+                Some(meta) => match &meta.source {
+                    Some(source) => format!("{} {source}", meta.name),
+                    None => meta.name.to_string(),
+                },
+                None => "defaults".to_string(),
+            };
+            format!("`{key}`: {} (from {source})", error.kind)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// A value that must never reach a log line: Debug prints it redacted (a
 /// database URL keeps its host and database so operators can still tell which).
-#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Serialize, PartialEq, Eq)]
 #[serde(transparent)]
 pub struct Secret(pub String);
+
+impl<'de> Deserialize<'de> for Secret {
+    /// Environment values that look like numbers arrive as numbers; a token
+    /// of digits is still a token.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Signed(i64),
+            Unsigned(u64),
+        }
+        Ok(Secret(match Raw::deserialize(d)? {
+            Raw::Text(text) => text,
+            Raw::Signed(n) => n.to_string(),
+            Raw::Unsigned(n) => n.to_string(),
+        }))
+    }
+}
 
 impl Secret {
     pub fn expose(&self) -> &str {

@@ -1,3 +1,5 @@
+use std::process::ExitCode;
+
 use clap::Parser;
 
 use quota_arbiter::cli::{Cli, Command};
@@ -6,8 +8,17 @@ use quota_arbiter::startup::Application;
 use quota_arbiter::{bench, store, telemetry};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load()?;
     telemetry::init(config.log_format);
     match cli.command {

@@ -1,0 +1,230 @@
+//! Admin API: bearer token, quotas, flows, windows.
+
+use quota_arbiter::config::Config;
+use reqwest::Method;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{create_flow, test_config, TestApp};
+
+#[sqlx::test]
+async fn admin_calls_need_the_bearer_token(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let anonymous = app
+        .client
+        .get(format!("{}/v1/quotas", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
+    let wrong = app
+        .client
+        .get(format!("{}/v1/flows", app.base))
+        .bearer_auth("test-admin-tokeN")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert_eq!(wrong.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        app.admin(Method::GET, "/v1/quotas")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[sqlx::test]
+async fn without_a_configured_token_admin_is_refused_clearly(pool: PgPool) {
+    let config = Config {
+        admin_token: None,
+        ..test_config()
+    };
+    let app = TestApp::spawn_with(pool, config).await;
+    let response = app.admin(Method::GET, "/v1/flows").send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    let problem: Value = response.json().await.unwrap();
+    assert!(problem["type"]
+        .as_str()
+        .unwrap()
+        .ends_with("/admin-disabled"));
+    assert!(problem["detail"]
+        .as_str()
+        .unwrap()
+        .contains("QUOTA_ADMIN_TOKEN"));
+}
+
+#[sqlx::test]
+async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let quota: Value = app
+        .admin(Method::PUT, "/v1/quotas/ppf")
+        .json(&json!({"hourly_ceiling": 1000}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(quota["hourly_ceiling"], 1000);
+
+    // A flow created without a mode observes.
+    let flow: Value = app
+        .admin(Method::PUT, "/v1/flows/invoice")
+        .json(&json!({"quota": "ppf", "priority": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (flow["mode"].as_str(), flow["priority"].as_i64()),
+        (Some("observe"), Some(1))
+    );
+    let flipped: Value = app
+        .admin(Method::PUT, "/v1/flows/invoice")
+        .json(&json!({"quota": "ppf", "mode": "enforce"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (flipped["mode"].as_str(), flipped["priority"].as_i64()),
+        (Some("enforce"), Some(1))
+    );
+    // Updating without a mode keeps the flipped one.
+    let kept: Value = app
+        .admin(Method::PUT, "/v1/flows/invoice")
+        .json(&json!({"quota": "ppf", "priority": 2}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(kept["mode"], "enforce");
+
+    // A flow naming an unknown quota creates it with the default ceiling.
+    let ack: Value = app
+        .admin(Method::PUT, "/v1/flows/ack")
+        .json(&json!({"quota": "sms"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ack["quota"], "sms");
+    let quotas: Value = app
+        .admin(Method::GET, "/v1/quotas")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<(&str, i64)> = quotas["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                q["name"].as_str().unwrap(),
+                q["hourly_ceiling"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(names, vec![("ppf", 1000), ("sms", 1000)]);
+    let flows: Value = app
+        .admin(Method::GET, "/v1/flows")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(flows["flows"].as_array().unwrap().len(), 2);
+
+    // The catalog is refreshed at once: the flip is obeyed by this replica.
+    let decision: Value = app
+        .post_reserve(json!({"flow": "invoice"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(decision["mode"], "enforce");
+}
+
+#[sqlx::test]
+async fn admin_input_is_validated(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let bad = [
+        ("/v1/quotas/ppf", json!({"hourly_ceiling": -1})),
+        (
+            "/v1/quotas/ppf",
+            json!({"hourly_ceiling": 10, "extra": true}),
+        ),
+        ("/v1/quotas/bad%20name", json!({"hourly_ceiling": 10})),
+        (
+            "/v1/flows/invoice",
+            json!({"quota": "ppf", "mode": "sometimes"}),
+        ),
+        ("/v1/flows/invoice", json!({"quota": "ppf", "priority": 0})),
+        ("/v1/flows/invoice", json!({"mode": "enforce"})),
+    ];
+    for (path, body) in bad {
+        let response = app
+            .admin(Method::PUT, path)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_client_error(),
+            "{path} {body}: {}",
+            response.status()
+        );
+    }
+    let response = app
+        .admin(Method::GET, "/v1/windows?last=0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+    let response = app
+        .admin(Method::GET, "/v1/windows?last=abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+}
+
+#[sqlx::test]
+async fn windows_report_count_ceiling_and_tallies(pool: PgPool) {
+    create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for _ in 0..3 {
+        app.post_reserve(json!({"flow": "invoice"})).await;
+    }
+    let want = json!({"count": 2, "hourly_ceiling": 2, "granted": 2, "deferred": 1});
+    let got = crate::helpers::eventually(std::time::Duration::from_secs(5), want.clone(), || async {
+        let windows: Value = app
+            .admin(Method::GET, "/v1/windows?quota=ppf&last=24")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let w = &windows["windows"][0];
+        json!({"count": w["count"], "hourly_ceiling": w["hourly_ceiling"], "granted": w["granted"], "deferred": w["deferred"]})
+    })
+    .await;
+    assert_eq!(got, want);
+}

@@ -1,0 +1,105 @@
+//! Configuration layering and its errors.
+// figment's Jail closures return figment::Error, which is large by design.
+#![allow(clippy::result_large_err)]
+
+use std::time::Duration;
+
+use figment::Jail;
+use quota_arbiter::config::Config;
+
+#[test]
+fn env_overrides_file_overrides_defaults() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "arbiter.toml",
+            r#"
+                hourly_ceiling = 500
+                bypass_horizon = "5m"
+                [quotas.ppf]
+                hourly_ceiling = 1000
+                [flows.invoice]
+                quota = "ppf"
+                mode = "enforce"
+                priority = 1
+            "#,
+        )?;
+        jail.set_env("QUOTA_CONFIG", "arbiter.toml");
+        jail.set_env("QUOTA_HOURLY_CEILING", "700");
+        // DATABASE_URL is left alone: other tests in this binary read it.
+        jail.set_env("QUOTA_ADMIN_TOKEN", "hunter2");
+        let config = Config::load().expect("valid config");
+        assert_eq!(config.hourly_ceiling, 700, "env wins over the file");
+        assert_eq!(
+            config.bypass_horizon,
+            Duration::from_secs(300),
+            "file wins over defaults"
+        );
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080", "default");
+        assert_eq!(config.flows["invoice"].quota, "ppf");
+        let printed = format!("{config:?}");
+        assert!(
+            !printed.contains("hunter2"),
+            "secrets are never printed: {printed}"
+        );
+        let url = quota_arbiter::config::Secret("postgres://app:hunter2@db.internal/quotas".into());
+        let printed = format!("{url:?}");
+        assert!(
+            !printed.contains("hunter2") && printed.contains("db.internal/quotas"),
+            "{printed}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_bad_value_names_the_key_and_where_it_came_from() {
+    Jail::expect_with(|jail| {
+        jail.set_env("QUOTA_HOURLY_CEILING", "lots");
+        let error = Config::load().unwrap_err().to_string();
+        assert!(error.contains("hourly_ceiling"), "{error}");
+        assert!(error.contains("QUOTA_HOURLY_CEILING"), "{error}");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.create_file("arbiter.toml", "bypass_horizon = \"soon\"\n")?;
+        jail.set_env("QUOTA_CONFIG", "arbiter.toml");
+        let error = Config::load().unwrap_err().to_string();
+        assert!(error.contains("bypass_horizon"), "{error}");
+        assert!(error.contains("arbiter.toml"), "{error}");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.set_env("QUOTA_STORE_TIMEOUT", "5s");
+        let error = Config::load().unwrap_err().to_string();
+        assert!(error.contains("store_timeout"), "{error}");
+        Ok(())
+    });
+}
+
+#[test]
+fn foreign_quota_variables_are_ignored_and_tokens_stay_strings() {
+    Jail::expect_with(|jail| {
+        jail.set_env("QUOTA_ARBITER_PORT", "tcp://10.0.0.1:8080");
+        jail.set_env("QUOTA_ADMIN_TOKEN", "123456");
+        let config = Config::load().expect("valid config");
+        assert_eq!(config.admin_token.unwrap().expose(), "123456");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.set_env("QUOTA_ADMIN_TOKEN", "");
+        assert!(
+            Config::load().unwrap().admin_token.is_none(),
+            "empty means unset"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn the_default_file_is_read_when_present() {
+    Jail::expect_with(|jail| {
+        jail.create_file("quota-arbiter.toml", "hourly_ceiling = 42\n")?;
+        assert_eq!(Config::load().unwrap().hourly_ceiling, 42);
+        Ok(())
+    });
+}

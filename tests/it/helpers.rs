@@ -1,0 +1,292 @@
+//! Test harness: the app in-process on port 0, real server processes, a TCP
+//! proxy that can cut the store away, and a way to move the database clock.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quota_arbiter::config::{Config, Secret};
+use quota_arbiter::decision::Decision;
+use quota_arbiter::startup::Application;
+use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+pub fn test_config() -> Config {
+    Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        admin_token: Some(Secret(ADMIN_TOKEN.into())),
+        // #[sqlx::test] has already created and migrated the database.
+        migrate_on_start: false,
+        ..Config::default()
+    }
+}
+
+/// The app, in this process, serving on an ephemeral port.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    _stop: oneshot::Sender<()>,
+}
+
+impl TestApp {
+    pub async fn spawn(pool: PgPool) -> Self {
+        Self::spawn_with(pool, test_config()).await
+    }
+
+    pub async fn spawn_with(pool: PgPool, config: Config) -> Self {
+        let app = Application::build_with_pool(config, pool)
+            .await
+            .expect("app builds");
+        let base = format!("http://{}", app.local_addr());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(app.run_until(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            base,
+            client: reqwest::Client::new(),
+            _stop: stop,
+        }
+    }
+
+    pub async fn post_reserve(&self, body: Value) -> reqwest::Response {
+        post_reserve(&self.client, &self.base, body).await
+    }
+
+    pub async fn reserve(&self, body: Value) -> Decision {
+        let response = self.post_reserve(body).await;
+        assert_eq!(response.status(), 200, "reserve answers 200");
+        response.json().await.expect("a decision")
+    }
+
+    pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(ADMIN_TOKEN)
+    }
+}
+
+pub async fn post_reserve(client: &reqwest::Client, base: &str, body: Value) -> reqwest::Response {
+    client
+        .post(format!("{base}/v1/reserve"))
+        .json(&body)
+        .send()
+        .await
+        .expect("request sent")
+}
+
+/// Creates a quota and a flow straight in the tables.
+pub async fn create_flow(pool: &PgPool, quota: &str, ceiling: i64, flow: &str, mode: &str) {
+    sqlx::query("INSERT INTO quota (name, hourly_ceiling) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET hourly_ceiling = $2")
+        .bind(quota)
+        .bind(ceiling)
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO flow (name, quota, mode) VALUES ($1, $2, $3)")
+        .bind(flow)
+        .bind(quota)
+        .bind(mode)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// Slots recorded in the current window of `quota` (0 when it has no row).
+pub async fn current_count(pool: &PgPool, quota: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce((SELECT count FROM quota_window
+                          WHERE quota = $1 AND window_start = window_start_of(arbiter_now())), 0)",
+    )
+    .bind(quota)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Polls `probe` until it returns `want` or `timeout` passes; returns the last value.
+pub async fn eventually<T, F, Fut>(timeout: Duration, want: T, mut probe: F) -> T
+where
+    T: PartialEq + std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        let got = probe().await;
+        if got == want || tokio::time::Instant::now() >= until {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn database_name(pool: &PgPool) -> String {
+    sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A URL for this test's database, for server processes and proxies.
+pub async fn database_url(pool: &PgPool, host_port: &str) -> String {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for the tests");
+    let (scheme, rest) = base.split_once("://").expect("a URL");
+    let user = rest
+        .rsplit_once('@')
+        .map(|(user, _)| format!("{user}@"))
+        .unwrap_or_default();
+    format!("{scheme}://{user}{host_port}/{}", database_name(pool).await)
+}
+
+/// The host:port of the test PostgreSQL server.
+pub fn postgres_host_port() -> String {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for the tests");
+    let rest = base.split_once("://").unwrap().1;
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    host.split('/').next().unwrap().to_string()
+}
+
+/// Moves this database's clock so that `arbiter_now()` reads `minutes` past
+/// the current UTC hour (time keeps running from there), and returns a pool
+/// whose connections see it. The public API takes no clock from the caller.
+pub async fn pin_clock(pool: &PgPool, minutes: i32) -> PgPool {
+    let offset: String = sqlx::query_scalar(
+        "SELECT ((date_trunc('hour', now(), 'UTC') + make_interval(mins => $1)) - now())::text",
+    )
+    .bind(minutes)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let db = database_name(pool).await;
+    sqlx::query(&format!(
+        r#"ALTER DATABASE "{db}" SET quota_arbiter.clock_offset = '{offset}'"#
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    PgPoolOptions::new()
+        .max_connections(16)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap()
+}
+
+/// A real `quota-arbiter serve` process.
+pub struct Replica {
+    pub base: String,
+    child: tokio::process::Child,
+}
+
+impl Replica {
+    pub async fn spawn(database_url: &str) -> Self {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_quota-arbiter"))
+            .arg("serve")
+            .current_dir(std::env::temp_dir())
+            // A clean environment: config tests in this binary set QUOTA_* variables.
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("DATABASE_URL", database_url)
+            .env("QUOTA_LISTEN", "127.0.0.1:0")
+            .env("QUOTA_LOG_FORMAT", "json")
+            .env("QUOTA_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the server binary starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if event["message"] == "listening" {
+                    return event["addr"].as_str().unwrap().to_string();
+                }
+            }
+            panic!("server exited before listening");
+        })
+        .await
+        .expect("server listens within 20 s");
+        // Keep draining the log so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            base: format!("http://{addr}"),
+            child,
+        }
+    }
+
+    /// SIGKILL: no graceful shutdown, nothing flushed.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+/// A TCP proxy in front of PostgreSQL that a test can cut (connections
+/// dropped, new ones accepted and left hanging: a black hole) and restore.
+pub struct StoreProxy {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<ProxyState>>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    cut: bool,
+    live: Vec<tokio::task::AbortHandle>,
+}
+
+impl StoreProxy {
+    pub async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        let shared = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let upstream = upstream.clone();
+                let cut = shared.lock().unwrap().cut;
+                let task = tokio::spawn(async move {
+                    if cut {
+                        // Black hole: hold the socket open and never answer.
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        drop(inbound);
+                        return;
+                    }
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                shared.lock().unwrap().live.push(task.abort_handle());
+            }
+        });
+        Self { addr, state }
+    }
+
+    pub fn cut(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.cut = true;
+        for task in state.live.drain(..) {
+            task.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.cut = false;
+        for task in state.live.drain(..) {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The OpenAPI document is derived from the mounted routes; every documented
+//! operation must answer on the live server (never 404/405).
+
+use reqwest::Method;
+use sqlx::PgPool;
+
+use crate::helpers::TestApp;
+
+#[sqlx::test]
+async fn every_documented_operation_is_served(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let served: serde_json::Value = app
+        .client
+        .get(format!("{}/openapi.json", app.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let spec = serde_json::to_value(quota_arbiter::http::openapi()).unwrap();
+    assert_eq!(served, spec, "the served document is the derived one");
+
+    let paths = spec["paths"].as_object().unwrap();
+    for expected in [
+        "/v1/reserve",
+        "/v1/quotas",
+        "/v1/quotas/{name}",
+        "/v1/flows",
+        "/v1/flows/{name}",
+        "/v1/windows",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ] {
+        assert!(paths.contains_key(expected), "{expected} is documented");
+    }
+    for (path, operations) in paths {
+        for method in operations.as_object().unwrap().keys() {
+            let method: Method = method.to_uppercase().parse().unwrap();
+            let url = format!("{}{}", app.base, path.replace("{name}", "x"));
+            let status = app
+                .admin(method.clone(), &url[app.base.len()..])
+                .send()
+                .await
+                .unwrap()
+                .status();
+            assert!(
+                status != 404 && status != 405,
+                "{method} {path} answered {status}"
+            );
+        }
+    }
+}

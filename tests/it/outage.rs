@@ -1,0 +1,154 @@
+//! The store goes away: enforced flows fail closed within 2 s; observe, count,
+//! unknown and bypass keep answering 200; everything recovers by itself.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use quota_arbiter::decision::{Decision, Outcome};
+use serde_json::{json, Value};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::helpers::{
+    create_flow, current_count, database_url, eventually, postgres_host_port, test_config, Replica,
+    StoreProxy, TestApp,
+};
+
+async fn seed(pool: &PgPool) {
+    create_flow(pool, "ppf", 100, "invoice", "enforce").await;
+    create_flow(pool, "ppf", 100, "status-report", "observe").await;
+    create_flow(pool, "ppf", 100, "ack", "count").await;
+}
+
+#[sqlx::test]
+async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: PgPool) {
+    seed(&pool).await;
+    let proxy = StoreProxy::start(postgres_host_port()).await;
+    let url = database_url(&pool, &proxy.addr.to_string()).await;
+    let config = test_config();
+    let proxied = PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(config.store_timeout)
+        .connect_lazy(&url)
+        .unwrap();
+    let app = TestApp::spawn_with(proxied, config).await;
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice"})).await.outcome,
+        Outcome::Granted
+    );
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+
+    proxy.cut();
+
+    for _ in 0..3 {
+        let started = Instant::now();
+        let response = app.post_reserve(json!({"flow": "invoice"})).await;
+        let elapsed = started.elapsed();
+        assert_eq!(response.status(), 503);
+        assert!(elapsed < Duration::from_secs(2), "503 took {elapsed:?}");
+        assert!(response.headers().contains_key("retry-after"));
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        let problem: Value = response.json().await.unwrap();
+        assert!(problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("/store-unavailable"));
+        assert!(
+            !problem.to_string().contains("127.0.0.1"),
+            "no internal detail leaks: {problem}"
+        );
+    }
+    let started = Instant::now();
+    let observed = app.reserve(json!({"flow": "status-report"})).await;
+    assert_eq!(observed.outcome, Outcome::Granted);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        app.reserve(json!({"flow": "ack"})).await.outcome,
+        Outcome::Unthrottled
+    );
+    assert_eq!(
+        app.reserve(json!({"flow": "who-knows"})).await.outcome,
+        Outcome::Unthrottled
+    );
+    let started = Instant::now();
+    let deadline = db_now + chrono::Duration::minutes(1);
+    let bypassed = app
+        .reserve(json!({"flow": "invoice", "deadline": deadline}))
+        .await;
+    assert_eq!(bypassed.outcome, Outcome::Bypassed);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "a bypass never waits for the store"
+    );
+
+    proxy.restore();
+
+    let outcome = eventually(Duration::from_secs(10), Some(Outcome::Granted), || async {
+        let response = app.post_reserve(json!({"flow": "invoice"})).await;
+        (response.status() == 200)
+            .then_some(())
+            .map(|_| Outcome::Granted)
+    })
+    .await;
+    assert_eq!(outcome, Some(Outcome::Granted), "recovers by itself");
+    // 2 grants, plus observe, count and bypass counted after the fact.
+    let counted = eventually(Duration::from_secs(10), 5, || current_count(&pool, "ppf")).await;
+    assert_eq!(
+        counted, 5,
+        "slots spent during the outage are on the record"
+    );
+}
+
+#[sqlx::test]
+async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgPool) {
+    let _ = pool;
+    // Nothing listens on port 1: every connection attempt is refused.
+    let replica = Replica::spawn("postgres://postgres@127.0.0.1:1/quota_arbiter").await;
+    let client = reqwest::Client::new();
+
+    let ready = client
+        .get(format!("{}/readyz", replica.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    assert_eq!(
+        client
+            .get(format!("{}/healthz", replica.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    let deadline = Utc::now() + chrono::Duration::minutes(2);
+    let response = client
+        .post(format!("{}/v1/reserve", replica.base))
+        .json(&json!({"flow": "invoice", "deadline": deadline}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.json::<Decision>().await.unwrap().outcome,
+        Outcome::Bypassed
+    );
+
+    // Without ever reading the catalog it cannot tell enforced from unknown: fail closed.
+    let started = Instant::now();
+    let response = client
+        .post(format!("{}/v1/reserve", replica.base))
+        .json(&json!({"flow": "invoice"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(started.elapsed() < Duration::from_secs(2));
+}

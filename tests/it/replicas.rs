@@ -1,0 +1,202 @@
+//! Black-box: real `quota-arbiter serve` processes sharing one database.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quota_arbiter::decision::{Decision, Outcome};
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::helpers::{
+    create_flow, current_count, database_url, eventually, pin_clock, post_reserve,
+    postgres_host_port, Replica,
+};
+
+const CALLERS: usize = 64;
+const DEMAND: usize = 2000;
+const CEILING: i64 = 500;
+
+/// `DEMAND` single-slot requests from `CALLERS` concurrent callers, spread
+/// round-robin over the replicas.
+async fn hammer(replicas: &[Replica], flow: &str) -> Vec<Decision> {
+    let bases: Arc<Vec<String>> = Arc::new(replicas.iter().map(|r| r.base.clone()).collect());
+    let next = Arc::new(AtomicUsize::new(0));
+    let client = reqwest::Client::new();
+    let mut callers = Vec::new();
+    for _ in 0..CALLERS {
+        let (bases, next, client, flow) = (
+            bases.clone(),
+            next.clone(),
+            client.clone(),
+            flow.to_string(),
+        );
+        callers.push(tokio::spawn(async move {
+            let mut decisions = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= DEMAND {
+                    return decisions;
+                }
+                let response =
+                    post_reserve(&client, &bases[i % bases.len()], json!({"flow": flow})).await;
+                assert_eq!(response.status(), 200);
+                decisions.push(response.json::<Decision>().await.unwrap());
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for caller in callers {
+        all.extend(caller.await.unwrap());
+    }
+    all
+}
+
+fn count(decisions: &[Decision], outcome: Outcome) -> usize {
+    decisions.iter().filter(|d| d.outcome == outcome).count()
+}
+
+async fn three_replicas(pool: &PgPool) -> Vec<Replica> {
+    let url = database_url(pool, &postgres_host_port()).await;
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(Replica::spawn(&url).await);
+    }
+    replicas
+}
+
+#[sqlx::test]
+async fn three_replicas_never_over_grant_an_enforced_window(pool: PgPool) {
+    // Mid-hour, so the whole run falls in one window.
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", CEILING, "invoice", "enforce").await;
+    let replicas = three_replicas(&pool).await;
+
+    let decisions = hammer(&replicas, "invoice").await;
+
+    assert_eq!(decisions.len(), DEMAND);
+    assert_eq!(
+        count(&decisions, Outcome::Granted),
+        CEILING as usize,
+        "exactly the ceiling is granted"
+    );
+    assert_eq!(
+        count(&decisions, Outcome::Deferred),
+        DEMAND - CEILING as usize
+    );
+    assert!(decisions.iter().all(|d| !d.would_defer));
+    assert_eq!(current_count(&pool, "ppf").await, CEILING);
+    let windows: i64 = sqlx::query_scalar("SELECT count(*) FROM quota_window WHERE quota = 'ppf'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(windows, 1);
+}
+
+#[sqlx::test]
+async fn observe_mode_grants_everything_and_tallies_what_enforcement_would_defer(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", CEILING, "status-report", "observe").await;
+    let replicas = three_replicas(&pool).await;
+
+    let decisions = hammer(&replicas, "status-report").await;
+
+    assert_eq!(count(&decisions, Outcome::Granted), DEMAND);
+    let would_defer = decisions.iter().filter(|d| d.would_defer).count();
+    assert_eq!(would_defer, DEMAND - CEILING as usize);
+    assert_eq!(
+        current_count(&pool, "ppf").await,
+        DEMAND as i64,
+        "count is the honest record"
+    );
+    let tallied = eventually(
+        Duration::from_secs(10),
+        (DEMAND as i64, would_defer as i64),
+        || async {
+            sqlx::query_as::<_, (i64, i64)>(
+                "SELECT coalesce(sum(granted), 0)::bigint, coalesce(sum(would_defer), 0)::bigint
+             FROM decision_tally WHERE flow = 'status-report'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    assert_eq!(tallied, (DEMAND as i64, would_defer as i64));
+}
+
+#[sqlx::test]
+async fn a_restarted_replica_keeps_the_window_and_grants_no_fresh_burst(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let url = database_url(&pool, &postgres_host_port()).await;
+    let client = reqwest::Client::new();
+
+    let first = Replica::spawn(&url).await;
+    for _ in 0..6 {
+        let decision: Decision = post_reserve(&client, &first.base, json!({"flow": "invoice"}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(decision.outcome, Outcome::Granted);
+    }
+    first.kill().await;
+
+    let second = Replica::spawn(&url).await;
+    let mut outcomes = Vec::new();
+    for _ in 0..10 {
+        let decision: Decision = post_reserve(&client, &second.base, json!({"flow": "invoice"}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        outcomes.push(decision.outcome);
+    }
+    assert_eq!(
+        outcomes.iter().filter(|o| **o == Outcome::Granted).count(),
+        4
+    );
+    assert_eq!(
+        outcomes.iter().filter(|o| **o == Outcome::Deferred).count(),
+        6
+    );
+    assert_eq!(current_count(&pool, "ppf").await, 10);
+}
+
+#[sqlx::test]
+async fn every_replica_obeys_a_mode_flipped_in_sql(pool: PgPool) {
+    create_flow(&pool, "closed", 0, "invoice", "observe").await;
+    let replicas = three_replicas(&pool).await;
+    let client = reqwest::Client::new();
+    for replica in &replicas {
+        let decision: Decision = post_reserve(&client, &replica.base, json!({"flow": "invoice"}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(decision.outcome, Outcome::Granted, "observe grants");
+    }
+    sqlx::query("UPDATE flow SET mode = 'enforce' WHERE name = 'invoice'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for replica in &replicas {
+        let outcome = eventually(Duration::from_secs(3), Outcome::Deferred, || async {
+            post_reserve(&client, &replica.base, json!({"flow": "invoice"}))
+                .await
+                .json::<Decision>()
+                .await
+                .unwrap()
+                .outcome
+        })
+        .await;
+        assert_eq!(
+            outcome,
+            Outcome::Deferred,
+            "{} obeys the flip",
+            replica.base
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! POST /v1/reserve against the in-process app and a real database.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Timelike, Utc};
+use quota_arbiter::catalog::Mode;
+use quota_arbiter::decision::Outcome;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{create_flow, current_count, eventually, pin_clock, TestApp};
+
+#[sqlx::test]
+async fn enforced_flow_grants_up_to_the_ceiling_then_defers_until_the_next_window(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    for _ in 0..3 {
+        let decision = app.reserve(json!({"flow": "invoice"})).await;
+        assert_eq!(decision.outcome, Outcome::Granted);
+        assert_eq!(decision.mode, Some(Mode::Enforce));
+        assert_eq!(decision.quota.as_deref(), Some("ppf"));
+        let start = decision.window_start.expect("granted carries window_start");
+        assert_eq!(
+            (start.minute(), start.second(), start.nanosecond()),
+            (0, 0, 0)
+        );
+    }
+    // A client clock in the Date header changes nothing: database time only.
+    let response = app
+        .client
+        .post(format!("{}/v1/reserve", app.base))
+        .header("date", "Sat, 01 Jan 2000 00:00:00 GMT")
+        .json(&json!({"flow": "invoice", "ref": "inv-42"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let retry_after: i64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let decision: quota_arbiter::decision::Decision = response.json().await.unwrap();
+    assert_eq!(decision.outcome, Outcome::Deferred);
+    let window_start = decision.window_start.unwrap();
+    assert_eq!(
+        decision.retry_at,
+        Some(window_start + chrono::Duration::hours(1))
+    );
+    // The database clock reads ~10 minutes past the hour: ~50 minutes to wait.
+    assert_eq!(decision.retry_after_seconds, Some(retry_after));
+    assert!(
+        (2900..=3000).contains(&retry_after),
+        "retry_after {retry_after}"
+    );
+    assert_eq!(
+        current_count(&pool, "ppf").await,
+        3,
+        "a refusal spends nothing"
+    );
+}
+
+#[sqlx::test]
+async fn count_reserves_all_or_nothing(pool: PgPool) {
+    create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice", "count": 3}))
+            .await
+            .outcome,
+        Outcome::Granted
+    );
+    // 3 + 3 > 5: refused whole, nothing taken.
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice", "count": 3}))
+            .await
+            .outcome,
+        Outcome::Deferred
+    );
+    assert_eq!(current_count(&pool, "ppf").await, 3);
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice", "count": 2}))
+            .await
+            .outcome,
+        Outcome::Granted
+    );
+    assert_eq!(current_count(&pool, "ppf").await, 5);
+    // A first reservation larger than the ceiling is refused too (insert branch).
+    create_flow(&pool, "small", 2, "batch", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    assert_eq!(
+        app.reserve(json!({"flow": "batch", "count": 3}))
+            .await
+            .outcome,
+        Outcome::Deferred
+    );
+    assert_eq!(current_count(&pool, "small").await, 0);
+}
+
+#[sqlx::test]
+async fn ceiling_zero_refuses_everything_in_enforce(pool: PgPool) {
+    create_flow(&pool, "closed", 0, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for _ in 0..5 {
+        let decision = app.reserve(json!({"flow": "invoice"})).await;
+        assert_eq!(decision.outcome, Outcome::Deferred);
+        assert!(decision.retry_at.is_some() && decision.retry_after_seconds.is_some());
+    }
+    assert_eq!(
+        current_count(&pool, "closed").await,
+        0,
+        "not even the first slot"
+    );
+}
+
+#[sqlx::test]
+async fn observe_mode_grants_counts_and_flags_would_defer(pool: PgPool) {
+    create_flow(&pool, "ppf", 2, "status-report", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let mut flags = Vec::new();
+    for _ in 0..5 {
+        let decision = app.reserve(json!({"flow": "status-report"})).await;
+        assert_eq!(decision.outcome, Outcome::Granted);
+        assert_eq!(decision.mode, Some(Mode::Observe));
+        flags.push(decision.would_defer);
+    }
+    assert_eq!(flags, [false, false, true, true, true]);
+    // The honest record: count runs over the ceiling where SQL can see it.
+    assert_eq!(current_count(&pool, "ppf").await, 5);
+    let tallied = eventually(Duration::from_secs(5), (5, 3), || {
+        tally(&pool, "status-report")
+    })
+    .await;
+    assert_eq!(tallied, (5, 3), "granted and would_defer tallied");
+}
+
+#[sqlx::test]
+async fn unknown_flow_is_never_throttled(pool: PgPool) {
+    create_flow(&pool, "closed", 0, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for _ in 0..3 {
+        let decision = app.reserve(json!({"flow": "never-heard-of-it"})).await;
+        assert_eq!(decision.outcome, Outcome::Unthrottled);
+        assert_eq!(decision.quota, None);
+        assert_eq!(decision.mode, None);
+    }
+    let unthrottled = eventually(Duration::from_secs(5), 3, || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce(sum(unthrottled), 0)::bigint FROM decision_tally WHERE flow = 'never-heard-of-it' AND quota IS NULL",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    assert_eq!(unthrottled, 3);
+}
+
+#[sqlx::test]
+async fn count_mode_is_never_refused_and_is_counted_after_the_fact(pool: PgPool) {
+    create_flow(&pool, "ppf", 2, "ack", "count").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for _ in 0..5 {
+        let decision = app.reserve(json!({"flow": "ack", "count": 2})).await;
+        assert_eq!(decision.outcome, Outcome::Unthrottled);
+        assert_eq!(decision.mode, Some(Mode::Count));
+    }
+    let counted = eventually(Duration::from_secs(5), 10, || current_count(&pool, "ppf")).await;
+    assert_eq!(
+        counted, 10,
+        "every slot spent is on the record, over the ceiling or not"
+    );
+}
+
+#[sqlx::test]
+async fn deadline_within_the_horizon_bypasses_a_full_quota(pool: PgPool) {
+    create_flow(&pool, "closed", 0, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+
+    let soon = db_now + chrono::Duration::minutes(5);
+    let decision = app
+        .reserve(json!({"flow": "invoice", "deadline": soon, "ref": "inv-1"}))
+        .await;
+    assert_eq!(decision.outcome, Outcome::Bypassed);
+    assert_eq!(decision.quota.as_deref(), Some("closed"));
+    // Overdue work bypasses too.
+    let overdue = db_now - chrono::Duration::minutes(5);
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice", "deadline": overdue}))
+            .await
+            .outcome,
+        Outcome::Bypassed
+    );
+    // Further than the horizon (15 min): the normal path, which defers.
+    let later = db_now + chrono::Duration::minutes(30);
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice", "deadline": later}))
+            .await
+            .outcome,
+        Outcome::Deferred
+    );
+
+    let counted = eventually(Duration::from_secs(5), 2, || current_count(&pool, "closed")).await;
+    assert_eq!(counted, 2, "bypasses are counted after the fact");
+    let bypassed = eventually(Duration::from_secs(5), 2, || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce(sum(bypassed), 0)::bigint FROM decision_tally WHERE flow = 'invoice'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    assert_eq!(bypassed, 2, "bypasses are flagged in the tallies");
+}
+
+#[sqlx::test]
+async fn bad_input_gets_a_4xx_problem_never_a_500(pool: PgPool) {
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let long_name = "f".repeat(200);
+    let cases: Vec<(&str, String)> = vec![
+        ("malformed json", "{\"flow\": ".into()),
+        ("not an object", "[1, 2]".into()),
+        (
+            "unknown field",
+            json!({"flow": "invoice", "colour": "red"}).to_string(),
+        ),
+        ("missing flow", json!({"count": 1}).to_string()),
+        ("empty flow", json!({"flow": ""}).to_string()),
+        ("over-long flow", json!({"flow": long_name}).to_string()),
+        ("flow with spaces", json!({"flow": "in voice"}).to_string()),
+        (
+            "count zero",
+            json!({"flow": "invoice", "count": 0}).to_string(),
+        ),
+        (
+            "count negative",
+            json!({"flow": "invoice", "count": -3}).to_string(),
+        ),
+        (
+            "count absurd",
+            json!({"flow": "invoice", "count": 1_000_000_000}).to_string(),
+        ),
+        (
+            "count beyond i64",
+            "{\"flow\": \"invoice\", \"count\": 99999999999999999999999}".into(),
+        ),
+        (
+            "count fractional",
+            json!({"flow": "invoice", "count": 1.5}).to_string(),
+        ),
+        (
+            "count as string",
+            json!({"flow": "invoice", "count": "2"}).to_string(),
+        ),
+        (
+            "bad timestamp",
+            json!({"flow": "invoice", "deadline": "tomorrow"}).to_string(),
+        ),
+        (
+            "timestamp without zone",
+            json!({"flow": "invoice", "deadline": "2026-11-30T14:30:00"}).to_string(),
+        ),
+        (
+            "over-long ref",
+            json!({"flow": "invoice", "ref": "r".repeat(300)}).to_string(),
+        ),
+        (
+            "huge body",
+            json!({"flow": "invoice", "ref": "r".repeat(100_000)}).to_string(),
+        ),
+    ];
+    for (name, body) in cases {
+        let response = app
+            .client
+            .post(format!("{}/v1/reserve", app.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        assert!(status.is_client_error(), "{name}: got {status}");
+        assert_problem(response, name).await;
+    }
+    let no_content_type = app
+        .client
+        .post(format!("{}/v1/reserve", app.base))
+        .body(json!({"flow": "invoice"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_content_type.status(), 415);
+    assert_problem(no_content_type, "no content type").await;
+    let unknown_route = app
+        .client
+        .get(format!("{}/v1/nope", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown_route.status(), 404);
+    assert_problem(unknown_route, "unknown route").await;
+    assert_eq!(
+        current_count(&pool, "ppf").await,
+        0,
+        "no bad request spent a slot"
+    );
+}
+
+async fn assert_problem(response: reqwest::Response, case: &str) {
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json",
+        "{case}: problem+json"
+    );
+    let problem: Value = response.json().await.unwrap();
+    assert!(
+        problem["type"].as_str().unwrap().contains("/problems/"),
+        "{case}: {problem}"
+    );
+    assert!(problem["status"].as_u64().unwrap() >= 400, "{case}");
+    assert!(
+        problem["title"].is_string() && problem["detail"].is_string(),
+        "{case}"
+    );
+}
+
+async fn tally(pool: &PgPool, flow: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT coalesce(sum(granted), 0)::bigint, coalesce(sum(would_defer), 0)::bigint
+         FROM decision_tally WHERE flow = $1",
+    )
+    .bind(flow)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}

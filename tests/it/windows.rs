@@ -1,0 +1,129 @@
+//! Window alignment: fixed UTC hours by the database clock, whatever TimeZone.
+
+use chrono::{DateTime, TimeZone, Timelike, Utc};
+use quota_arbiter::store::Store;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Executor, PgPool};
+
+use crate::helpers::{create_flow, pin_clock};
+
+#[sqlx::test]
+async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: PgPool) {
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("SET TIME ZONE 'Asia/Kolkata'")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let (aligned, naive): (DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
+        "SELECT window_start_of('2026-11-30T14:45:00Z'), date_trunc('hour', '2026-11-30T14:45:00Z'::timestamptz)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        aligned,
+        Utc.with_ymd_and_hms(2026, 11, 30, 14, 0, 0).unwrap()
+    );
+    // What a naive date_trunc would do in this session: 14:30Z, not a UTC hour.
+    assert_eq!(
+        naive,
+        Utc.with_ymd_and_hms(2026, 11, 30, 14, 30, 0).unwrap()
+    );
+    let end: DateTime<Utc> = sqlx::query_scalar("SELECT window_end_of('2026-11-30T14:59:59.999Z')")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(end, Utc.with_ymd_and_hms(2026, 11, 30, 15, 0, 0).unwrap());
+}
+
+#[sqlx::test]
+async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: PgPool) {
+    // 40 minutes past the UTC hour is 10 past the hour in Kolkata: a naive
+    // truncation would start the window half an hour off.
+    let pinned = pin_clock(&pool, 40).await;
+    create_flow(&pinned, "ppf", 10, "invoice", "enforce").await;
+    // sqlx asks for UTC at connect time; a session can still change it.
+    let kolkata = PgPoolOptions::new()
+        .max_connections(2)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute("SET TIME ZONE 'Asia/Kolkata'").await?;
+                Ok(())
+            })
+        })
+        .connect_with(pinned.connect_options().as_ref().clone())
+        .await
+        .unwrap();
+    let zone: String = sqlx::query_scalar("SHOW TimeZone")
+        .fetch_one(&kolkata)
+        .await
+        .unwrap();
+    assert_eq!(zone, "Asia/Kolkata");
+
+    let store = Store::new(kolkata.clone());
+    let reservation = store.reserve_slots("ppf", 1, 10, false).await.unwrap();
+    let start = reservation.clock.window_start;
+    assert_eq!(
+        (start.minute(), start.second(), start.nanosecond()),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        reservation.clock.window_end - start,
+        chrono::Duration::hours(1)
+    );
+    assert!(
+        start <= reservation.clock.db_now
+            && reservation.clock.db_now < reservation.clock.window_end
+    );
+    assert_eq!(reservation.clock.db_now.minute(), 40);
+
+    // The same row is found from a UTC session: one window, not two.
+    store.reserve_slots("ppf", 2, 10, false).await.unwrap();
+    let rows: Vec<(DateTime<Utc>, i64)> =
+        sqlx::query_as("SELECT window_start, count FROM quota_window WHERE quota = 'ppf'")
+            .fetch_all(&pinned)
+            .await
+            .unwrap();
+    assert_eq!(rows, vec![(start, 3)]);
+}
+
+#[sqlx::test]
+async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: PgPool) {
+    create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
+    let store = Store::new(pool.clone());
+    assert_eq!(
+        store
+            .reserve_slots("ppf", 2, 2, false)
+            .await
+            .unwrap()
+            .count_after,
+        Some(2)
+    );
+    assert_eq!(
+        store
+            .reserve_slots("ppf", 1, 2, false)
+            .await
+            .unwrap()
+            .count_after,
+        None
+    );
+    // Observe spends regardless and reports the honest count.
+    assert_eq!(
+        store
+            .reserve_slots("ppf", 1, 2, true)
+            .await
+            .unwrap()
+            .count_after,
+        Some(3)
+    );
+    // A ceiling of 0 with an empty window: the insert branch refuses too.
+    create_flow(&pool, "closed", 0, "x", "enforce").await;
+    assert_eq!(
+        store
+            .reserve_slots("closed", 1, 0, false)
+            .await
+            .unwrap()
+            .count_after,
+        None
+    );
+}
