@@ -1,3 +1,3 @@
-SELECT name, quota, mode, priority, created_at, updated_at
+SELECT name, quota, mode, priority, enforce_percent, created_at, updated_at
 FROM flow
 ORDER BY name

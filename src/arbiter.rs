@@ -1,6 +1,8 @@
 //! The decision path for work that is not deadline-bound: catalog lookup, then
 //! (for observe and enforce) the store's conditional upsert.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, Mode, Rule};
@@ -23,6 +25,8 @@ pub struct Arbiter {
     clock: DbClock,
     metrics: Metrics,
     store_timeout: Duration,
+    /// Spreads rollout decisions of requests without a `ref`.
+    unkeyed: Arc<AtomicU64>,
 }
 
 impl Arbiter {
@@ -41,6 +45,7 @@ impl Arbiter {
             clock,
             metrics,
             store_timeout,
+            unkeyed: Arc::default(),
         }
     }
 
@@ -53,7 +58,11 @@ impl Arbiter {
             .snapshot()
             .ok_or_else(|| StoreUnavailable("catalog not loaded yet".into()))?;
         let Some(rule) = snapshot.rule(&request.flow) else {
-            return Ok(self.settle(Decision::new(Outcome::Unthrottled, &request.flow), false));
+            return Ok(self.settle(
+                Decision::new(Outcome::Unthrottled, &request.flow),
+                request,
+                false,
+            ));
         };
         let mut decision = Decision::new(Outcome::Granted, &request.flow);
         decision.quota = Some(rule.quota.name.clone());
@@ -61,9 +70,9 @@ impl Arbiter {
         let decision = match rule.flow.mode {
             Mode::Count => self.count_after_the_fact(decision, &rule, request.count),
             Mode::Observe => self.observe(decision, &rule, request.count).await,
-            Mode::Enforce => self.enforce(decision, &rule, request.count).await?,
+            Mode::Enforce => self.enforce(decision, &rule, request).await?,
         };
-        Ok(self.settle(decision, true))
+        Ok(self.settle(decision, request, true))
     }
 
     fn count_after_the_fact(&self, mut decision: Decision, rule: &Rule, count: i64) -> Decision {
@@ -99,8 +108,9 @@ impl Arbiter {
         &self,
         decision: Decision,
         rule: &Rule,
-        count: i64,
+        request: &SlotRequest,
     ) -> Result<Decision, StoreUnavailable> {
+        let count = request.count;
         if rule.quota.hourly_ceiling < 1 {
             // The guard runs before the upsert, whose insert branch would
             // otherwise be the only thing between a zero ceiling and a grant.
@@ -113,7 +123,15 @@ impl Arbiter {
         let clock = reservation.clock;
         let mut decision = match reservation.count_after {
             Some(_) => decision,
-            None => decision.deferred_until(clock.window_end, clock.db_now),
+            None if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) => {
+                decision.deferred_until(clock.window_end, clock.db_now)
+            }
+            // Gradual rollout: the rest of the refusals are granted as observed.
+            None => {
+                let mut decision = self.observe(decision, rule, count).await;
+                decision.would_defer = true;
+                decision
+            }
         };
         decision.window_start = Some(clock.window_start);
         Ok(decision)
@@ -158,9 +176,29 @@ impl Arbiter {
         Err(outcome)
     }
 
-    fn settle(&self, decision: Decision, known_flow: bool) -> Decision {
+    fn settle(&self, decision: Decision, request: &SlotRequest, known_flow: bool) -> Decision {
         self.metrics.record_decision(&decision, known_flow);
-        self.ledger.tally(&decision);
+        self.ledger.tally(&decision, request.deadline.is_some());
         decision
     }
+}
+
+/// Whether a refused decision of a flow enforced at `percent` is deferred.
+/// With a `ref` the answer is the same every time (FNV-1a of the ref, mod 100);
+/// without one, consecutive refusals are spread evenly over the share.
+fn rollout_defers(percent: i16, request: &SlotRequest, unkeyed: &AtomicU64) -> bool {
+    if percent >= 100 {
+        return true;
+    }
+    let bucket = match &request.reference {
+        Some(reference) => {
+            let hash = reference.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+            hash % 100
+        }
+        // A stride coprime with 100: any 100 consecutive values hit every bucket once.
+        None => unkeyed.fetch_add(1, Ordering::Relaxed).wrapping_mul(61) % 100,
+    };
+    bucket < u64::try_from(percent).unwrap_or(0)
 }

@@ -16,7 +16,9 @@ use crate::catalog::Mode;
 use crate::config::Config;
 use crate::decision::{Decision, Outcome};
 use crate::startup::Application;
-use crate::store::{self, Store};
+use crate::store::{self, FlowChange, Store};
+
+const BENCH_ACTOR: &str = "bench";
 
 /// A ceiling no run can reach: throughput arms measure grants, not refusals.
 const UNREACHABLE_CEILING: i64 = 1 << 50;
@@ -64,9 +66,14 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
         (&bare, UNREACHABLE_CEILING),
         (&capped, args.ceiling),
     ] {
-        store.put_quota(name, ceiling).await?;
+        store.put_quota(BENCH_ACTOR, name, ceiling).await?;
+        let enforced = FlowChange {
+            quota: name.clone(),
+            mode: Some(Mode::Enforce),
+            ..FlowChange::default()
+        };
         store
-            .put_flow(name, name, Some(Mode::Enforce), None, ceiling)
+            .put_flow(BENCH_ACTOR, name, &enforced, ceiling)
             .await?;
     }
 
@@ -204,7 +211,9 @@ async fn pgbench(
 ) -> anyhow::Result<ArmResult> {
     let quota = format!("{tag}-pgbench");
     let store = Store::new(store::connect_lazy(config)?);
-    store.put_quota(&quota, UNREACHABLE_CEILING).await?;
+    store
+        .put_quota(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
+        .await?;
     let script = std::env::temp_dir().join(format!("{quota}.sql"));
     tokio::fs::write(&script, pgbench_script(&quota)).await?;
     let output = tokio::process::Command::new("pgbench")

@@ -70,7 +70,7 @@ impl BypassDesk {
             "deadline bypass: granted outside the quota"
         );
         self.metrics.record_decision(&decision, rule.is_some());
-        self.ledger.tally(&decision);
+        self.ledger.tally(&decision, true);
         Some(decision)
     }
 }

@@ -81,6 +81,8 @@ pub struct FlowRule {
     pub quota: String,
     pub mode: Mode,
     pub priority: i16,
+    /// Enforce mode: the share (1-100) of over-ceiling decisions actually deferred.
+    pub enforce_percent: i16,
 }
 
 /// A flow together with the quota it spends, as a decision needs them.
@@ -163,6 +165,7 @@ impl Catalog {
                         quota: f.quota,
                         mode,
                         priority: f.priority,
+                        enforce_percent: f.enforce_percent.unwrap_or(100),
                     };
                     Some((f.name, rule))
                 })

@@ -11,6 +11,8 @@ pub mod config;
 pub mod decision;
 pub mod http;
 pub mod metrics;
+pub mod operator;
+pub mod report;
 pub mod startup;
 pub mod store;
 pub mod tally;

@@ -5,7 +5,7 @@ use clap::Parser;
 use quota_arbiter::cli::{Cli, Command};
 use quota_arbiter::config::Config;
 use quota_arbiter::startup::Application;
-use quota_arbiter::{bench, store, telemetry};
+use quota_arbiter::{bench, operator, store, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -34,6 +34,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied");
         }
         Command::Bench(args) => bench::run(config, args).await?,
+        Command::Flows => operator::list_flows(&operator::connect(&config).await?).await?,
+        Command::Flow {
+            name,
+            mode,
+            quota,
+            percent,
+        } => {
+            let store = operator::connect(&config).await?;
+            operator::flip_flow(&store, &config, &name, mode, quota, percent).await?
+        }
+        Command::Quota {
+            name,
+            hourly_ceiling,
+        } => operator::set_quota(&operator::connect(&config).await?, &name, hourly_ceiling).await?,
+        Command::Windows { quota, last } => {
+            operator::windows(&operator::connect(&config).await?, quota.as_deref(), last).await?
+        }
+        Command::Report {
+            quota,
+            since,
+            ceiling,
+        } => {
+            let store = operator::connect(&config).await?;
+            operator::report(&store, quota.as_deref(), &since, ceiling).await?
+        }
     }
     Ok(())
 }

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::catalog::{FlowRule, Mode};
 use crate::decision::Decision;
 
 /// Flow label used for every flow the catalog does not know.
@@ -27,6 +29,30 @@ struct OperationLabels {
     operation: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowModeLabels {
+    flow: String,
+    quota: String,
+    mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabels {
+    quota: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    state: String,
+}
+
+/// Current usage of one quota's window, as read at scrape time.
+pub struct WindowUsage {
+    pub quota: String,
+    pub count: i64,
+    pub hourly_ceiling: i64,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -34,6 +60,11 @@ pub struct Metrics {
     would_defer: Family<DecisionLabels, Counter>,
     reserve_seconds: Histogram,
     store_errors: Family<OperationLabels, Counter>,
+    flow_mode: Family<FlowModeLabels, Gauge>,
+    window_count: Family<QuotaLabels, Gauge>,
+    window_ceiling: Family<QuotaLabels, Gauge>,
+    pool_connections: Family<PoolLabels, Gauge>,
+    pool_max_connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -69,8 +100,43 @@ impl Metrics {
             "Store operations that failed or timed out",
             store_errors.clone(),
         );
+        let flow_mode = Family::<FlowModeLabels, Gauge>::default();
+        registry.register(
+            "flow_mode",
+            "1 for each flow's current mode, 0 for the others: flips show as steps",
+            flow_mode.clone(),
+        );
+        let window_count = Family::<QuotaLabels, Gauge>::default();
+        registry.register(
+            "window_count",
+            "Slots spent in the current UTC-hour window, by quota",
+            window_count.clone(),
+        );
+        let window_ceiling = Family::<QuotaLabels, Gauge>::default();
+        registry.register(
+            "window_ceiling",
+            "Hourly ceiling of each quota",
+            window_ceiling.clone(),
+        );
+        let pool_connections = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "db_pool_connections",
+            "PostgreSQL pool connections of this replica, by state",
+            pool_connections.clone(),
+        );
+        let pool_max_connections = Gauge::default();
+        registry.register(
+            "db_pool_max_connections",
+            "Size limit of this replica's PostgreSQL pool",
+            pool_max_connections.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            flow_mode,
+            window_count,
+            window_ceiling,
+            pool_connections,
+            pool_max_connections,
             decisions,
             would_defer,
             reserve_seconds,
@@ -109,6 +175,52 @@ impl Metrics {
                 operation: operation.to_string(),
             })
             .inc();
+    }
+
+    /// Sets the gauges that describe state rather than events, just before a scrape.
+    pub fn set_state(
+        &self,
+        flows: &[FlowRule],
+        usage: Option<&[WindowUsage]>,
+        pool: &sqlx::PgPool,
+    ) {
+        self.flow_mode.clear();
+        for flow in flows {
+            for mode in [Mode::Observe, Mode::Enforce, Mode::Count] {
+                let labels = FlowModeLabels {
+                    flow: flow.name.clone(),
+                    quota: flow.quota.clone(),
+                    mode: mode.as_str().to_string(),
+                };
+                self.flow_mode
+                    .get_or_create(&labels)
+                    .set(i64::from(flow.mode == mode));
+            }
+        }
+        // Without a fresh reading, no number beats a stale one.
+        self.window_count.clear();
+        self.window_ceiling.clear();
+        for window in usage.unwrap_or_default() {
+            let labels = QuotaLabels {
+                quota: window.quota.clone(),
+            };
+            self.window_count.get_or_create(&labels).set(window.count);
+            self.window_ceiling
+                .get_or_create(&labels)
+                .set(window.hourly_ceiling);
+        }
+        let (size, idle) = (i64::from(pool.size()), pool.num_idle() as i64);
+        let state = |s: &str| PoolLabels {
+            state: s.to_string(),
+        };
+        self.pool_connections
+            .get_or_create(&state("idle"))
+            .set(idle);
+        self.pool_connections
+            .get_or_create(&state("in_use"))
+            .set(size - idle);
+        self.pool_max_connections
+            .set(i64::from(pool.options().get_max_connections()));
     }
 
     pub fn encode(&self) -> String {

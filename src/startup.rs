@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
@@ -19,9 +20,11 @@ use crate::metrics::Metrics;
 use crate::store::{self, Store};
 use crate::tally::Ledger;
 
-/// How often a replica re-reads the catalog and the database clock. A mode
-/// flipped anywhere is obeyed by every replica within about this long.
-const SYNC_EVERY: Duration = Duration::from_secs(1);
+/// How often a replica re-reads the catalog and the database clock anyway: the
+/// safety net under LISTEN/NOTIFY, should the listening connection drop.
+const SYNC_EVERY: Duration = Duration::from_secs(2);
+/// The channel the catalog trigger notifies on every quota or flow change.
+const CATALOG_CHANNEL: &str = "quota_arbiter_catalog";
 /// How often counts and tallies made off the hot path are written.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
 /// How long `build` waits for the store before serving anyway (not ready).
@@ -88,7 +91,8 @@ impl Application {
         }
         let background = vec![
             bootstrap,
-            tokio::spawn(sync_loop(store.clone(), catalog, clock)),
+            tokio::spawn(sync_loop(store.clone(), catalog.clone(), clock)),
+            tokio::spawn(listen_loop(store.clone(), catalog)),
             tokio::spawn(flush_loop(store, ledger.clone())),
         ];
         Ok(Self {
@@ -180,6 +184,28 @@ async fn sync_loop(store: Store, catalog: Catalog, clock: DbClock) {
             }
             _ => {}
         }
+    }
+}
+
+/// Reloads the catalog as soon as the database announces a change, so a flip
+/// made anywhere (SQL, CLI, API) is obeyed within milliseconds.
+async fn listen_loop(store: Store, catalog: Catalog) {
+    loop {
+        if let Err(error) = listen_once(&store, &catalog).await {
+            tracing::debug!(%error, "catalog listener lost; reconnecting");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn listen_once(store: &Store, catalog: &Catalog) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(store.pool()).await?;
+    listener.listen(CATALOG_CHANNEL).await?;
+    loop {
+        // Also after (re)connecting: changes made meanwhile were not announced to us.
+        catalog.refresh(store.pool()).await?;
+        // `None`: the connection dropped; sqlx reconnects on the next call.
+        listener.try_recv().await?;
     }
 }
 

@@ -28,6 +28,7 @@ struct OutcomeCounts {
     would_defer: i64,
     bypassed: i64,
     unthrottled: i64,
+    would_defer_with_deadline: i64,
 }
 
 impl OutcomeCounts {
@@ -37,6 +38,7 @@ impl OutcomeCounts {
         self.would_defer += other.would_defer;
         self.bypassed += other.bypassed;
         self.unthrottled += other.unthrottled;
+        self.would_defer_with_deadline += other.would_defer_with_deadline;
     }
 }
 
@@ -68,8 +70,9 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Tallies one decision.
-    pub fn tally(&self, decision: &Decision) {
+    /// Tallies one decision; `had_deadline` marks what enforcement would have
+    /// deferred although the work carried a deadline.
+    pub fn tally(&self, decision: &Decision, had_deadline: bool) {
         let mut counts = OutcomeCounts::default();
         match decision.outcome {
             Outcome::Granted => counts.granted = 1,
@@ -78,6 +81,7 @@ impl Ledger {
             Outcome::Unthrottled => counts.unthrottled = 1,
         }
         counts.would_defer = i64::from(decision.would_defer);
+        counts.would_defer_with_deadline = i64::from(decision.would_defer && had_deadline);
         let key = TallyKey {
             window_start: decision.window_start,
             quota: decision.quota.clone(),
@@ -154,7 +158,8 @@ async fn write_batch(pool: &PgPool, batch: &Pending) -> Result<(), sqlx::Error> 
             &c.deferred,
             &c.would_defer,
             &c.bypassed,
-            &c.unthrottled
+            &c.unthrottled,
+            &c.would_defer_with_deadline
         )
         .execute(&mut *tx)
         .await?;
@@ -172,6 +177,7 @@ struct TallyColumns {
     would_defer: Vec<i64>,
     bypassed: Vec<i64>,
     unthrottled: Vec<i64>,
+    would_defer_with_deadline: Vec<i64>,
 }
 
 impl TallyColumns {
@@ -184,5 +190,7 @@ impl TallyColumns {
         self.would_defer.push(counts.would_defer);
         self.bypassed.push(counts.bypassed);
         self.unthrottled.push(counts.unthrottled);
+        self.would_defer_with_deadline
+            .push(counts.would_defer_with_deadline);
     }
 }

@@ -10,7 +10,11 @@ use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiQuery};
 use super::AppState;
 use crate::catalog::{validate_name, Mode};
-use crate::store::{FlowRow, QuotaRow, WindowRow};
+use crate::report::{self, Report};
+use crate::store::{FlowChange, FlowRow, QuotaRow, WindowRow};
+
+/// Who the audit trail names for changes made with the admin token.
+const ADMIN_ACTOR: &str = "api:admin";
 
 /// At most a month of hourly windows in one answer.
 const MAX_WINDOW_HOURS: i32 = 744;
@@ -22,6 +26,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(put_flow))
         .routes(routes!(list_flows))
         .routes(routes!(list_windows))
+        .routes(routes!(observe_report))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -39,6 +44,9 @@ pub struct FlowBody {
     pub mode: Option<Mode>,
     #[schema(minimum = 1, maximum = 9)]
     pub priority: Option<i16>,
+    /// Enforce mode: share of over-ceiling decisions actually deferred (100 = all).
+    #[schema(minimum = 1, maximum = 100)]
+    pub enforce_percent: Option<i16>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -87,7 +95,7 @@ pub async fn put_quota(
             "`hourly_ceiling` must be 0 or more".into(),
         ));
     }
-    let row = state.store.put_quota(&name, ceiling).await?;
+    let row = state.store.put_quota(ADMIN_ACTOR, &name, ceiling).await?;
     state.catalog.refresh(state.store.pool()).await?;
     Ok(Json(row))
 }
@@ -123,15 +131,23 @@ pub async fn put_flow(
             "`priority` must be between 1 and 9".into(),
         ));
     }
+    if body
+        .enforce_percent
+        .is_some_and(|p| !(1..=100).contains(&p))
+    {
+        return Err(ApiError::Invalid(
+            "`enforce_percent` must be between 1 and 100".into(),
+        ));
+    }
+    let change = FlowChange {
+        quota: body.quota,
+        mode: body.mode,
+        priority: body.priority,
+        enforce_percent: body.enforce_percent,
+    };
     let row = state
         .store
-        .put_flow(
-            &name,
-            &body.quota,
-            body.mode,
-            body.priority,
-            state.default_ceiling,
-        )
+        .put_flow(ADMIN_ACTOR, &name, &change, state.default_ceiling)
         .await?;
     state.catalog.refresh(state.store.pool()).await?;
     Ok(Json(row))
@@ -172,4 +188,36 @@ pub async fn list_windows(
             .recent_windows(query.quota.as_deref(), hours)
             .await?,
     }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReportQuery {
+    /// Only flows of this quota.
+    pub quota: Option<String>,
+    /// Period to look back, e.g. `7d`, `36h` (default 7d).
+    pub since: Option<String>,
+    /// What-if: recompute as if the ceiling were this value.
+    pub ceiling: Option<i64>,
+}
+
+/// What enforcement would have done to each flow still in observe mode.
+#[utoipa::path(get, path = "/v1/report", tag = "admin", params(ReportQuery), security(("admin_token" = [])),
+    responses((status = 200, body = Report), (status = 401, body = Problem), (status = 422, body = Problem)))]
+pub async fn observe_report(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ReportQuery>,
+) -> Result<Json<Report>, ApiError> {
+    let since =
+        report::parse_since(query.since.as_deref().unwrap_or("7d")).map_err(ApiError::Invalid)?;
+    if let Some(quota) = &query.quota {
+        valid_name(quota, "`quota`")?;
+    }
+    if query.ceiling.is_some_and(|c| c < 0) {
+        return Err(ApiError::Invalid("`ceiling` must be 0 or more".into()));
+    }
+    let report =
+        report::observe_report(&state.store, query.quota.as_deref(), since, query.ceiling).await?;
+    Ok(Json(report))
 }

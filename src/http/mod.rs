@@ -1,6 +1,7 @@
 //! The HTTP surface (DESIGN §4): one router per module, merged here.
 
 mod admin;
+mod dashboard;
 pub mod error;
 mod extract;
 mod ops;
@@ -72,6 +73,7 @@ fn documented_routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(reserve::router())
         .merge(admin::router())
         .merge(ops::router())
+        .merge(dashboard::router())
         .split_for_parts()
 }
 

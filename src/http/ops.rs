@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use crate::metrics::WindowUsage;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -65,6 +66,27 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readines
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let flows: Vec<_> = state
+        .catalog
+        .snapshot()
+        .map(|s| s.flows().cloned().collect())
+        .unwrap_or_default();
+    let usage = tokio::time::timeout(state.store_timeout, state.store.current_usage())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|rows| {
+            rows.into_iter()
+                .map(|row| WindowUsage {
+                    quota: row.quota,
+                    count: row.count,
+                    hourly_ceiling: row.hourly_ceiling,
+                })
+                .collect::<Vec<_>>()
+        });
+    state
+        .metrics
+        .set_state(&flows, usage.as_deref(), state.store.pool());
     (
         [(
             header::CONTENT_TYPE,

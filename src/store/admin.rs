@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::Store;
@@ -22,8 +23,19 @@ pub struct FlowRow {
     #[schema(value_type = Mode)]
     pub mode: String,
     pub priority: i16,
+    /// Enforce mode: share (1-100) of over-ceiling decisions deferred; `null` = 100.
+    pub enforce_percent: Option<i16>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A change to the catalog, as `PUT /v1/flows/{name}` and the CLI express it.
+#[derive(Clone, Debug, Default)]
+pub struct FlowChange {
+    pub quota: String,
+    pub mode: Option<Mode>,
+    pub priority: Option<i16>,
+    pub enforce_percent: Option<i16>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -40,14 +52,28 @@ pub struct WindowRow {
 }
 
 impl Store {
+    /// Opens a transaction whose catalog changes the audit trigger attributes
+    /// to `actor` (e.g. `api:admin`, `cli:alice`).
+    async fn as_actor(&self, actor: &str) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query_file_scalar!("sql/declare_actor.sql", actor)
+            .fetch_one(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
     pub async fn put_quota(
         &self,
+        actor: &str,
         name: &str,
         hourly_ceiling: i64,
     ) -> Result<QuotaRow, sqlx::Error> {
-        sqlx::query_file_as!(QuotaRow, "sql/put_quota.sql", name, hourly_ceiling)
-            .fetch_one(self.pool())
-            .await
+        let mut tx = self.as_actor(actor).await?;
+        let row = sqlx::query_file_as!(QuotaRow, "sql/put_quota.sql", name, hourly_ceiling)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(row)
     }
 
     pub async fn list_quotas(&self) -> Result<Vec<QuotaRow>, sqlx::Error> {
@@ -60,25 +86,47 @@ impl Store {
     /// created with `default_ceiling`.
     pub async fn put_flow(
         &self,
+        actor: &str,
         name: &str,
-        quota: &str,
-        mode: Option<Mode>,
-        priority: Option<i16>,
+        change: &FlowChange,
         default_ceiling: i64,
     ) -> Result<FlowRow, sqlx::Error> {
-        let mut tx = self.pool().begin().await?;
-        sqlx::query_file!("sql/ensure_quota.sql", quota, default_ceiling)
+        let mut tx = self.as_actor(actor).await?;
+        sqlx::query_file!("sql/ensure_quota.sql", change.quota, default_ceiling)
             .execute(&mut *tx)
             .await?;
         let row = sqlx::query_file_as!(
             FlowRow,
             "sql/put_flow.sql",
             name,
-            quota,
-            mode.map(|m| m.as_str()),
-            priority
+            change.quota,
+            change.mode.map(|m| m.as_str()),
+            change.priority,
+            change.enforce_percent
         )
         .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// Flips an existing flow's mode; `None` when there is no such flow.
+    pub async fn set_flow_mode(
+        &self,
+        actor: &str,
+        name: &str,
+        mode: Mode,
+        enforce_percent: Option<i16>,
+    ) -> Result<Option<FlowRow>, sqlx::Error> {
+        let mut tx = self.as_actor(actor).await?;
+        let row = sqlx::query_file_as!(
+            FlowRow,
+            "sql/set_flow_mode.sql",
+            name,
+            mode.as_str(),
+            enforce_percent
+        )
+        .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(row)
@@ -97,6 +145,48 @@ impl Store {
         hours: i32,
     ) -> Result<Vec<WindowRow>, sqlx::Error> {
         sqlx::query_file_as!(WindowRow, "sql/recent_windows.sql", quota, hours)
+            .fetch_all(self.pool())
+            .await
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ObserveTally {
+    pub flow: String,
+    pub quota: String,
+    pub window_start: DateTime<Utc>,
+    pub decisions: i64,
+    pub would_defer: i64,
+    pub would_defer_with_deadline: i64,
+    pub window_count: i64,
+    pub quota_decisions: i64,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct UsageRow {
+    pub quota: String,
+    pub window_start: DateTime<Utc>,
+    pub count: i64,
+    pub hourly_ceiling: i64,
+    pub percent_used: Option<f64>,
+    pub slots_left: i64,
+    pub seconds_left: i32,
+}
+
+impl Store {
+    /// Tallies of flows still in observe mode, per hour of the last `hours`.
+    pub async fn observe_tallies(
+        &self,
+        quota: Option<&str>,
+        hours: i32,
+    ) -> Result<Vec<ObserveTally>, sqlx::Error> {
+        sqlx::query_file_as!(ObserveTally, "sql/report_observe.sql", quota, hours)
+            .fetch_all(self.pool())
+            .await
+    }
+
+    pub async fn current_usage(&self) -> Result<Vec<UsageRow>, sqlx::Error> {
+        sqlx::query_file_as!(UsageRow, "sql/current_usage.sql")
             .fetch_all(self.pool())
             .await
     }

@@ -3,7 +3,7 @@
 mod admin;
 mod bootstrap;
 
-pub use admin::{FlowRow, QuotaRow, WindowRow};
+pub use admin::{FlowChange, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
 
 use sqlx::PgPool;

@@ -3,8 +3,10 @@
 
 mod admin;
 mod config;
+mod dashboard;
 mod helpers;
 mod openapi;
+mod operate;
 mod outage;
 mod replicas;
 mod reserve;
