@@ -32,6 +32,8 @@ async fn every_documented_operation_is_served(pool: PgPool) {
         "/healthz",
         "/readyz",
         "/metrics",
+        "/v1/report",
+        "/",
     ] {
         assert!(paths.contains_key(expected), "{expected} is documented");
     }

@@ -365,3 +365,21 @@ async fn metrics_expose_modes_usage_and_pool(pool: PgPool) {
     );
     assert!(text.contains(r#"quota_arbiter_db_pool_connections{state="in_use"}"#));
 }
+
+#[sqlx::test]
+async fn every_operator_query_runs(pool: PgPool) {
+    create_flow(&pool, "ppf", 5, "invoice", "observe").await;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/inspect");
+    let mut ran = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("-- "), "{} says what question it answers", path.display());
+        sqlx::raw_sql(&text)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        ran += 1;
+    }
+    assert!(ran >= 8, "only {ran} operator queries");
+}
