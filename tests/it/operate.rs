@@ -374,7 +374,11 @@ async fn every_operator_query_runs(pool: PgPool) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.starts_with("-- "), "{} says what question it answers", path.display());
+        assert!(
+            text.starts_with("-- "),
+            "{} says what question it answers",
+            path.display()
+        );
         sqlx::raw_sql(&text)
             .execute(&pool)
             .await
