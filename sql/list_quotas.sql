@@ -1,3 +1,13 @@
-SELECT name, hourly_ceiling, created_at, updated_at
-FROM quota
-ORDER BY name
+-- Quotas with their limits and the effective (adaptive) cadence right now.
+SELECT q.name, q.hourly_ceiling, q.rate, q.burst, q.adaptive, q.max_in_flight,
+       q.priority2_share, q.priority3_share,
+       greatest(0.01, q.rate * f.factor) AS effective_rate,
+       greatest(1.0, q.burst * f.factor) AS effective_burst,
+       q.created_at, q.updated_at
+FROM quota q
+LEFT JOIN LATERAL (
+    SELECT CASE WHEN q.adaptive THEN recovered_factor(b.factor, b.factor_at) ELSE 1.0 END AS factor
+    FROM quota_bucket b WHERE b.quota = q.name
+) f ON true
+WHERE $1::text IS NULL OR q.name = $1
+ORDER BY q.name

@@ -1,8 +1,14 @@
--- Create or update a quota; returns the row as stored.
-INSERT INTO quota AS q (name, hourly_ceiling)
-VALUES ($1, $2)
+-- Create or replace a quota's settings (PUT semantics: a limit not given is
+-- off; `adaptive` defaults to true).
+INSERT INTO quota AS q (name, hourly_ceiling, rate, burst, adaptive, max_in_flight,
+                       priority2_share, priority3_share)
+VALUES ($1, $2, $3, $4, coalesce($5, true), $6, $7, $8)
 ON CONFLICT (name) DO UPDATE
-    SET hourly_ceiling = EXCLUDED.hourly_ceiling,
-        updated_at = CASE WHEN q.hourly_ceiling IS DISTINCT FROM EXCLUDED.hourly_ceiling
-                          THEN arbiter_now() ELSE q.updated_at END
-RETURNING name, hourly_ceiling, created_at, updated_at
+    SET hourly_ceiling  = EXCLUDED.hourly_ceiling,
+        rate            = EXCLUDED.rate,
+        burst           = EXCLUDED.burst,
+        adaptive        = EXCLUDED.adaptive,
+        max_in_flight   = EXCLUDED.max_in_flight,
+        priority2_share = EXCLUDED.priority2_share,
+        priority3_share = EXCLUDED.priority3_share,
+        updated_at      = arbiter_now()

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, Mode, Rule};
 use crate::clock::DbClock;
-use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Refusal, SlotSpec, Store};
 use crate::tally::Ledger;
 
 /// The store could not decide in time; for an enforced flow that is a 503.
@@ -90,9 +90,8 @@ impl Arbiter {
         match self.reserve(rule, count, true).await {
             Ok(reservation) => {
                 decision.window_start = Some(reservation.clock.window_start);
-                decision.would_defer = reservation
-                    .count_after
-                    .is_some_and(|after| after > rule.quota.hourly_ceiling);
+                decision.would_defer = reservation.refusal.is_some();
+                decision.limit = reservation.refusal.map(|r| r.limit);
             }
             Err(error) => {
                 tracing::warn!(%error, quota = %rule.quota.name, "observe decision without the store; counting after the fact");
@@ -111,23 +110,37 @@ impl Arbiter {
         request: &SlotRequest,
     ) -> Result<Decision, StoreUnavailable> {
         let count = request.count;
-        if rule.quota.hourly_ceiling < 1 {
+        if rule.quota.ceiling_for(rule.flow.priority) < 1 {
             // The guard runs before the upsert, whose insert branch would
             // otherwise be the only thing between a zero ceiling and a grant.
             let clock = self.bounded(self.store.read_clock(), "read_clock").await?;
             let mut decision = decision.deferred_until(clock.window_end, clock.db_now);
             decision.window_start = Some(clock.window_start);
+            decision.limit = Some(Limit::Budget);
             return Ok(decision);
         }
         let reservation = self.reserve(rule, count, false).await?;
         let clock = reservation.clock;
-        let mut decision = match reservation.count_after {
-            Some(_) => decision,
-            None if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) => {
-                decision.deferred_until(clock.window_end, clock.db_now)
+        let mut decision = match (reservation.count_after, reservation.refusal) {
+            (Some(_), _) => {
+                let mut decision = decision;
+                decision.lease_id = reservation.lease.map(|l| l.id);
+                decision.valid_until = reservation.lease.map(|l| l.valid_until);
+                decision
+            }
+            (None, refusal)
+                if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) =>
+            {
+                let refusal = refusal.unwrap_or(Refusal {
+                    limit: Limit::Budget,
+                    retry_at: clock.window_end,
+                });
+                let mut decision = decision.deferred_until(refusal.retry_at, clock.db_now);
+                decision.limit = Some(refusal.limit);
+                decision
             }
             // Gradual rollout: the rest of the refusals are granted as observed.
-            None => {
+            (None, _) => {
                 let mut decision = self.observe(decision, rule, count).await;
                 decision.would_defer = true;
                 decision
@@ -144,17 +157,14 @@ impl Arbiter {
         spend_regardless: bool,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
         let started = Instant::now();
-        let reservation = self
-            .bounded(
-                self.store.reserve_slots(
-                    &rule.quota.name,
-                    count,
-                    rule.quota.hourly_ceiling,
-                    spend_regardless,
-                ),
-                "reserve_slots",
-            )
-            .await?;
+        let spec = SlotSpec {
+            quota: &rule.quota,
+            flow: &rule.flow.name,
+            slots: count,
+            ceiling: rule.quota.ceiling_for(rule.flow.priority),
+            spend_regardless,
+        };
+        let reservation = self.bounded(self.store.reserve(&spec), "reserve").await?;
         self.metrics
             .observe_reserve(started.elapsed().as_secs_f64());
         self.clock.observe(reservation.clock);

@@ -16,7 +16,7 @@ use crate::catalog::Mode;
 use crate::config::Config;
 use crate::decision::{Decision, Outcome};
 use crate::startup::Application;
-use crate::store::{self, FlowChange, Store};
+use crate::store::{self, FlowChange, QuotaSettings, Store};
 
 const BENCH_ACTOR: &str = "bench";
 
@@ -66,7 +66,11 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
         (&bare, UNREACHABLE_CEILING),
         (&capped, args.ceiling),
     ] {
-        store.put_quota(BENCH_ACTOR, name, ceiling).await?;
+        let settings = QuotaSettings {
+            hourly_ceiling: ceiling,
+            ..QuotaSettings::default()
+        };
+        store.put_quota(BENCH_ACTOR, name, &settings).await?;
         let enforced = FlowChange {
             quota: name.clone(),
             mode: Some(Mode::Enforce),
@@ -212,7 +216,7 @@ async fn pgbench(
     let quota = format!("{tag}-pgbench");
     let store = Store::new(store::connect_lazy(config)?);
     store
-        .put_quota(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
+        .set_quota_ceiling(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
         .await?;
     let script = std::env::temp_dir().join(format!("{quota}.sql"));
     tokio::fs::write(&script, pgbench_script(&quota)).await?;

@@ -69,13 +69,44 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct QuotaRule {
     pub name: String,
     pub hourly_ceiling: i64,
+    pub cadence: Option<Cadence>,
+    pub max_in_flight: Option<i32>,
+    /// Headroom: share (percent) of the ceiling open to priority 2 and 3 flows.
+    pub priority2_share: Option<i16>,
+    pub priority3_share: Option<i16>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A short-window governor beside the hourly budget: a token bucket.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cadence {
+    /// Sustained tokens per second.
+    pub rate: f64,
+    /// Bucket size: how many can go at once after a quiet spell.
+    pub burst: f64,
+    /// Shrink on upstream errors, recover passively.
+    pub adaptive: bool,
+}
+
+impl QuotaRule {
+    /// The part of the ceiling a flow of `priority` may use: lower priorities
+    /// stop short of the top of the window when the quota reserves headroom.
+    pub fn ceiling_for(&self, priority: i16) -> i64 {
+        let share = match priority {
+            ..=1 => None,
+            2 => self.priority2_share,
+            _ => self.priority3_share.or(self.priority2_share),
+        };
+        share.map_or(self.hourly_ceiling, |percent| {
+            self.hourly_ceiling * i64::from(percent.clamp(0, 100)) / 100
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
 pub struct FlowRule {
     pub name: String,
     pub quota: String,
@@ -136,7 +167,7 @@ impl Catalog {
     /// Reads both tables in one transaction so the snapshot is consistent.
     pub async fn refresh(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
         let mut tx = pool.begin().await?;
-        let quotas = sqlx::query_file!("sql/list_quotas.sql")
+        let quotas = sqlx::query_file!("sql/list_quotas.sql", None::<String>)
             .fetch_all(&mut *tx)
             .await?;
         let flows = sqlx::query_file!("sql/list_flows.sql")
@@ -147,9 +178,18 @@ impl Catalog {
             quotas: quotas
                 .into_iter()
                 .map(|q| {
+                    let cadence = q.rate.zip(q.burst).map(|(rate, burst)| Cadence {
+                        rate,
+                        burst,
+                        adaptive: q.adaptive,
+                    });
                     let rule = QuotaRule {
                         name: q.name.clone(),
                         hourly_ceiling: q.hourly_ceiling,
+                        cadence,
+                        max_in_flight: q.max_in_flight,
+                        priority2_share: q.priority2_share,
+                        priority3_share: q.priority3_share,
                     };
                     (q.name, rule)
                 })

@@ -35,6 +35,18 @@ impl Outcome {
     }
 }
 
+/// Which limit deferred a decision (or, in observe mode, would have).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The hourly window is full: retry when the next one starts.
+    Budget,
+    /// The token bucket is short: retry when the tokens have refilled.
+    Cadence,
+    /// Every concurrency slot is leased: retry when the first lease expires.
+    InFlight,
+}
+
 /// A validated request for `count` slots of a flow's quota.
 #[derive(Clone, Debug)]
 pub struct SlotRequest {
@@ -83,6 +95,12 @@ pub struct Decision {
     pub retry_after_seconds: Option<i64>,
     /// Observe mode: enforcement would have deferred this decision.
     pub would_defer: bool,
+    /// What deferred the decision (or would have): budget, cadence or in_flight.
+    pub limit: Option<Limit>,
+    /// Quotas with `max_in_flight`: the concurrency lease this grant holds;
+    /// report it (`POST /v1/report`) when the emission is over.
+    pub lease_id: Option<i64>,
+    pub valid_until: Option<DateTime<Utc>>,
 }
 
 impl Decision {
@@ -96,6 +114,9 @@ impl Decision {
             retry_at: None,
             retry_after_seconds: None,
             would_defer: false,
+            limit: None,
+            lease_id: None,
+            valid_until: None,
         }
     }
 

@@ -107,8 +107,10 @@ pub async fn flip_flow(
 pub async fn set_quota(store: &Store, name: &str, hourly_ceiling: i64) -> anyhow::Result<()> {
     validate_name(name).map_err(|why| anyhow::anyhow!("quota name {why}"))?;
     anyhow::ensure!(hourly_ceiling >= 0, "--hourly-ceiling must be 0 or more");
-    let row = store.put_quota(&cli_actor(), name, hourly_ceiling).await?;
-    println!("{} hourly_ceiling={}", row.name, row.hourly_ceiling);
+    store
+        .set_quota_ceiling(&cli_actor(), name, hourly_ceiling)
+        .await?;
+    println!("{name} hourly_ceiling={hourly_ceiling}");
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use super::extract::{Admin, ApiJson, ApiQuery};
 use super::AppState;
 use crate::catalog::{validate_name, Mode};
 use crate::report::{self, Report};
-use crate::store::{FlowChange, FlowRow, QuotaRow, WindowRow};
+use crate::store::{FlowChange, FlowRow, QuotaRow, QuotaSettings, WindowRow};
 
 /// Who the audit trail names for changes made with the admin token.
 const ADMIN_ACTOR: &str = "api:admin";
@@ -34,6 +34,56 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct QuotaBody {
     /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
     pub hourly_ceiling: Option<i64>,
+    /// Cadence: sustained tokens per second (with `burst`).
+    pub rate: Option<f64>,
+    /// Cadence: bucket size, at least 1 (with `rate`).
+    pub burst: Option<f64>,
+    /// Shrink the cadence on upstream errors (default true).
+    pub adaptive: Option<bool>,
+    /// Concurrency slots; a grant holds a lease on one.
+    #[schema(minimum = 1, maximum = 10000)]
+    pub max_in_flight: Option<i32>,
+    /// Headroom: percent of the ceiling open to priority-2 flows.
+    #[schema(minimum = 0, maximum = 100)]
+    pub priority2_share: Option<i16>,
+    /// Headroom: percent of the ceiling open to priority-3 flows.
+    #[schema(minimum = 0, maximum = 100)]
+    pub priority3_share: Option<i16>,
+}
+
+impl QuotaBody {
+    fn into_settings(self, default_ceiling: i64) -> Result<QuotaSettings, ApiError> {
+        let invalid = |why: &str| Err(ApiError::Invalid(why.to_string()));
+        let ceiling = self.hourly_ceiling.unwrap_or(default_ceiling);
+        if ceiling < 0 {
+            return invalid("`hourly_ceiling` must be 0 or more");
+        }
+        match (self.rate, self.burst) {
+            (Some(rate), Some(burst))
+                if rate.is_finite() && rate > 0.0 && burst.is_finite() && burst >= 1.0 => {}
+            (None, None) => {}
+            _ => return invalid("`rate` (> 0) and `burst` (>= 1) go together"),
+        }
+        if self
+            .max_in_flight
+            .is_some_and(|n| !(1..=10_000).contains(&n))
+        {
+            return invalid("`max_in_flight` must be between 1 and 10000");
+        }
+        let share_ok = |s: Option<i16>| s.is_none_or(|p| (0..=100).contains(&p));
+        if !share_ok(self.priority2_share) || !share_ok(self.priority3_share) {
+            return invalid("`priority2_share` and `priority3_share` are percentages (0-100)");
+        }
+        Ok(QuotaSettings {
+            hourly_ceiling: ceiling,
+            rate: self.rate,
+            burst: self.burst,
+            adaptive: self.adaptive,
+            max_in_flight: self.max_in_flight,
+            priority2_share: self.priority2_share,
+            priority3_share: self.priority3_share,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -89,13 +139,8 @@ pub async fn put_quota(
     ApiJson(body): ApiJson<QuotaBody>,
 ) -> Result<Json<QuotaRow>, ApiError> {
     valid_name(&name, "quota name")?;
-    let ceiling = body.hourly_ceiling.unwrap_or(state.default_ceiling);
-    if ceiling < 0 {
-        return Err(ApiError::Invalid(
-            "`hourly_ceiling` must be 0 or more".into(),
-        ));
-    }
-    let row = state.store.put_quota(ADMIN_ACTOR, &name, ceiling).await?;
+    let settings = body.into_settings(state.default_ceiling)?;
+    let row = state.store.put_quota(ADMIN_ACTOR, &name, &settings).await?;
     state.catalog.refresh(state.store.pool()).await?;
     Ok(Json(row))
 }

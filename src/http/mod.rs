@@ -4,6 +4,7 @@ mod admin;
 mod dashboard;
 pub mod error;
 mod extract;
+mod feedback;
 mod ops;
 mod reserve;
 
@@ -74,6 +75,7 @@ fn documented_routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(admin::router())
         .merge(ops::router())
         .merge(dashboard::router())
+        .merge(feedback::router())
         .split_for_parts()
 }
 

@@ -12,8 +12,31 @@ use crate::catalog::Mode;
 pub struct QuotaRow {
     pub name: String,
     pub hourly_ceiling: i64,
+    /// Cadence: sustained tokens per second, as configured.
+    pub rate: Option<f64>,
+    /// Cadence: bucket size, as configured.
+    pub burst: Option<f64>,
+    pub adaptive: bool,
+    pub max_in_flight: Option<i32>,
+    pub priority2_share: Option<i16>,
+    pub priority3_share: Option<i16>,
+    /// Cadence in force now, after adaptive shrinking and recovery.
+    pub effective_rate: Option<f64>,
+    pub effective_burst: Option<f64>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A quota's settings as `PUT /v1/quotas/{name}` replaces them.
+#[derive(Clone, Debug, Default)]
+pub struct QuotaSettings {
+    pub hourly_ceiling: i64,
+    pub rate: Option<f64>,
+    pub burst: Option<f64>,
+    pub adaptive: Option<bool>,
+    pub max_in_flight: Option<i32>,
+    pub priority2_share: Option<i16>,
+    pub priority3_share: Option<i16>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -62,22 +85,55 @@ impl Store {
         Ok(tx)
     }
 
+    /// Creates or replaces a quota's settings; returns it as listed.
     pub async fn put_quota(
         &self,
         actor: &str,
         name: &str,
-        hourly_ceiling: i64,
+        settings: &QuotaSettings,
     ) -> Result<QuotaRow, sqlx::Error> {
+        let s = settings;
         let mut tx = self.as_actor(actor).await?;
-        let row = sqlx::query_file_as!(QuotaRow, "sql/put_quota.sql", name, hourly_ceiling)
+        sqlx::query_file!(
+            "sql/put_quota.sql",
+            name,
+            s.hourly_ceiling,
+            s.rate,
+            s.burst,
+            s.adaptive,
+            s.max_in_flight,
+            s.priority2_share,
+            s.priority3_share
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.quotas(Some(name))
+            .await?
+            .pop()
+            .ok_or(sqlx::Error::RowNotFound)
+    }
+
+    /// Creates a quota or changes only its ceiling.
+    pub async fn set_quota_ceiling(
+        &self,
+        actor: &str,
+        name: &str,
+        hourly_ceiling: i64,
+    ) -> Result<(), sqlx::Error> {
+        let mut tx = self.as_actor(actor).await?;
+        sqlx::query_file!("sql/set_quota_ceiling.sql", name, hourly_ceiling)
             .fetch_one(&mut *tx)
             .await?;
-        tx.commit().await?;
-        Ok(row)
+        tx.commit().await
     }
 
     pub async fn list_quotas(&self) -> Result<Vec<QuotaRow>, sqlx::Error> {
-        sqlx::query_file_as!(QuotaRow, "sql/list_quotas.sql")
+        self.quotas(None).await
+    }
+
+    async fn quotas(&self, name: Option<&str>) -> Result<Vec<QuotaRow>, sqlx::Error> {
+        sqlx::query_file_as!(QuotaRow, "sql/list_quotas.sql", name)
             .fetch_all(self.pool())
             .await
     }

@@ -2,9 +2,11 @@
 
 mod admin;
 mod bootstrap;
+mod reserve;
 
-pub use admin::{FlowChange, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
+pub use admin::{FlowChange, FlowRow, ObserveTally, QuotaRow, QuotaSettings, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
+pub use reserve::{AdaptedCadence, Lease, Refusal, ReleasedLease, SlotSpec};
 
 use sqlx::PgPool;
 
@@ -22,6 +24,10 @@ pub struct Reservation {
     pub clock: ClockReading,
     /// The window's count after this reservation; `None` when it was refused.
     pub count_after: Option<i64>,
+    /// What refused it; in observe mode, what would have.
+    pub refusal: Option<Refusal>,
+    /// The concurrency lease a grant holds (quotas with `max_in_flight`).
+    pub lease: Option<Lease>,
 }
 
 impl Store {
@@ -33,6 +39,8 @@ impl Store {
         &self.pool
     }
 
+    /// The bare conditional upsert, without cadence or leases (tests and the
+    /// bench baseline; decisions go through [`Store::reserve`]).
     /// One conditional upsert (DESIGN §3.2): takes `slots` of `quota` in the
     /// current window if `count + slots <= ceiling`, or unconditionally when
     /// `spend_regardless` (observe mode keeps `count` honest).
@@ -60,6 +68,8 @@ impl Store {
                 window_end: row.window_end,
             },
             count_after: row.count_after,
+            refusal: None,
+            lease: None,
         })
     }
 

@@ -2,6 +2,7 @@
 //! test, a fresh database per test via `#[sqlx::test]`.
 
 mod admin;
+mod cadence;
 mod config;
 mod dashboard;
 mod helpers;

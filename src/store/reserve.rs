@@ -1,0 +1,203 @@
+//! Reservations beyond the plain hourly budget: cadence tokens in the same
+//! statement as the budget slots, and a concurrency lease taken in the same
+//! transaction, so a grant gets all of them or none.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+use super::{Reservation, Store};
+use crate::catalog::QuotaRule;
+use crate::clock::ClockReading;
+use crate::decision::Limit;
+
+/// What a decision asks of the store.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotSpec<'a> {
+    pub quota: &'a QuotaRule,
+    pub flow: &'a str,
+    pub slots: i64,
+    /// The ceiling this flow may reach (headroom applied).
+    pub ceiling: i64,
+    /// Observe mode: spend regardless, report what would have refused.
+    pub spend_regardless: bool,
+}
+
+/// What refused the reservation (or, in observe mode, would have), and when
+/// it could succeed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Refusal {
+    pub limit: Limit,
+    pub retry_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Lease {
+    pub id: i64,
+    pub valid_until: DateTime<Utc>,
+}
+
+impl Store {
+    /// Reserves budget slots, cadence tokens and (enforced quotas with
+    /// `max_in_flight`) a concurrency lease: all of them or none.
+    pub async fn reserve(&self, spec: &SlotSpec<'_>) -> Result<Reservation, sqlx::Error> {
+        if spec.spend_regardless || spec.quota.max_in_flight.is_none() {
+            return reserve_once(self.pool(), spec).await;
+        }
+        let mut tx = self.pool().begin().await?;
+        let lease = sqlx::query_file!("sql/take_slot.sql", spec.quota.name, spec.flow)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(lease) = lease else {
+            tx.rollback().await?;
+            let row = sqlx::query_file!("sql/slot_retry_at.sql", spec.quota.name)
+                .fetch_one(self.pool())
+                .await?;
+            let clock = ClockReading {
+                db_now: row.db_now,
+                window_start: row.window_start,
+                window_end: row.window_end,
+            };
+            return Ok(Reservation {
+                clock,
+                count_after: None,
+                refusal: Some(Refusal {
+                    limit: Limit::InFlight,
+                    retry_at: row.retry_at.unwrap_or(row.db_now),
+                }),
+                lease: None,
+            });
+        };
+        let mut reservation = reserve_once(&mut *tx, spec).await?;
+        if reservation.count_after.is_some() {
+            tx.commit().await?;
+            reservation.lease = Some(Lease {
+                id: lease.lease_id,
+                valid_until: lease.valid_until,
+            });
+        } else {
+            // Gives the slot back: a refused reservation holds nothing.
+            tx.rollback().await?;
+        }
+        Ok(reservation)
+    }
+
+    /// Frees a lease's slot and feeds its hold time into the flow's average.
+    /// `None` when the lease is unknown or already expired and taken again.
+    pub async fn release_lease(&self, lease_id: i64) -> Result<Option<ReleasedLease>, sqlx::Error> {
+        let row = sqlx::query_file!("sql/release_lease.sql", lease_id)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.flow.map(|flow| ReleasedLease {
+            flow,
+            held_seconds: row.held_seconds.unwrap_or_default(),
+            avg_seconds: row.avg_seconds.unwrap_or_default(),
+        }))
+    }
+
+    /// Multiplies an adaptive quota's cadence factor; `None` when the quota
+    /// has no cadence or is not adaptive.
+    pub async fn adapt_cadence(
+        &self,
+        quota: &str,
+        multiplier: f64,
+    ) -> Result<Option<AdaptedCadence>, sqlx::Error> {
+        let row = sqlx::query_file!("sql/adapt_cadence.sql", quota, multiplier)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.map(|r| AdaptedCadence {
+            factor: r.factor,
+            effective_rate: r.effective_rate,
+            effective_burst: r.effective_burst,
+        }))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ReleasedLease {
+    pub flow: String,
+    pub held_seconds: f64,
+    pub avg_seconds: f64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct AdaptedCadence {
+    pub factor: f64,
+    pub effective_rate: f64,
+    pub effective_burst: f64,
+}
+
+/// One statement: the plain conditional upsert, or budget and cadence together.
+async fn reserve_once<'e>(
+    executor: impl PgExecutor<'e>,
+    spec: &SlotSpec<'_>,
+) -> Result<Reservation, sqlx::Error> {
+    let (quota, k, ceiling, regardless) = (
+        &spec.quota.name,
+        spec.slots,
+        spec.ceiling,
+        spec.spend_regardless,
+    );
+    let Some(cadence) = spec.quota.cadence else {
+        let row = sqlx::query_file!("sql/reserve_slots.sql", quota, k, ceiling, regardless)
+            .fetch_one(executor)
+            .await?;
+        let clock = ClockReading {
+            db_now: row.db_now,
+            window_start: row.window_start,
+            window_end: row.window_end,
+        };
+        let over_budget = row.count_after.is_none_or(|after| after > ceiling);
+        return Ok(Reservation {
+            clock,
+            count_after: row.count_after,
+            refusal: over_budget.then_some(Refusal {
+                limit: Limit::Budget,
+                retry_at: clock.window_end,
+            }),
+            lease: None,
+        });
+    };
+    let row = sqlx::query_file!(
+        "sql/reserve_with_cadence.sql",
+        quota,
+        k,
+        ceiling,
+        regardless,
+        cadence.rate,
+        cadence.burst,
+        cadence.adaptive
+    )
+    .fetch_one(executor)
+    .await?;
+    let clock = ClockReading {
+        db_now: row.db_now,
+        window_start: row.window_start,
+        window_end: row.window_end,
+    };
+    // A full window outranks missing tokens: the tokens come back sooner.
+    let budget_short = match row.count_after {
+        Some(after) => after > ceiling,
+        None => row.window_count.unwrap_or(0) + k > ceiling,
+    };
+    let refusal = if budget_short {
+        Some(Refusal {
+            limit: Limit::Budget,
+            retry_at: clock.window_end,
+        })
+    } else if row.tokens_sufficed == Some(false)
+        || (row.count_after.is_none() && row.tokens_sufficed.is_none())
+    {
+        Some(Refusal {
+            limit: Limit::Cadence,
+            retry_at: row.tokens_at.unwrap_or(clock.db_now),
+        })
+    } else {
+        None
+    };
+    Ok(Reservation {
+        clock,
+        count_after: row.count_after,
+        refusal,
+        lease: None,
+    })
+}

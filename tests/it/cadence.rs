@@ -1,0 +1,428 @@
+//! Budget vs cadence vs in-flight: a token bucket beside the hourly budget,
+//! adaptive shrinking, concurrency leases and priority headroom.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quota_arbiter::decision::{Decision, Limit, Outcome};
+use reqwest::Method;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{create_flow, current_count, pin_clock, TestApp};
+
+async fn set_limits(pool: &PgPool, quota: &str, settings: &str) {
+    sqlx::query(&format!("UPDATE quota SET {settings} WHERE name = $1"))
+        .bind(quota)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+async fn bucket_tokens(pool: &PgPool, quota: &str) -> f64 {
+    sqlx::query_scalar("SELECT tokens FROM quota_bucket WHERE quota = $1")
+        .bind(quota)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn the_budget_is_spendable_in_one_burst_right_after_the_hour_turns(pool: PgPool) {
+    // A second past the hour: the window is brand new and quiet.
+    let pool = pin_clock(&pool, 0).await;
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    // A three-call operation goes at once; so does the rest of the budget.
+    let decision = app.reserve(json!({"flow": "invoice", "count": 3})).await;
+    assert_eq!(decision.outcome, Outcome::Granted);
+    for _ in 0..7 {
+        assert_eq!(
+            app.reserve(json!({"flow": "invoice"})).await.outcome,
+            Outcome::Granted
+        );
+    }
+    let refused = app.reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(
+        (refused.outcome, refused.limit),
+        (Outcome::Deferred, Some(Limit::Budget))
+    );
+    assert_eq!(
+        refused.retry_at,
+        refused.window_start.map(|w| w + chrono::Duration::hours(1))
+    );
+}
+
+#[sqlx::test]
+async fn cadence_grants_the_burst_at_once_then_the_sustained_rate(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 4, burst = 5").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let mut first = Vec::new();
+    for _ in 0..8 {
+        first.push(app.reserve(json!({"flow": "invoice"})).await);
+    }
+    let granted = first
+        .iter()
+        .filter(|d| d.outcome == Outcome::Granted)
+        .count();
+    // The bucket refills 4/s while the 8 requests run (a few ms): at most one extra.
+    assert!(
+        (5..=6).contains(&granted),
+        "burst of 5 at once, got {granted}"
+    );
+    let deferred = first
+        .iter()
+        .find(|d| d.outcome == Outcome::Deferred)
+        .expect("the burst runs out");
+    assert_eq!(deferred.limit, Some(Limit::Cadence));
+    let wait = deferred.retry_at.unwrap() - chrono::Utc::now();
+    assert!(
+        wait <= chrono::Duration::milliseconds(300),
+        "next token within 1/rate s, not the next window: {wait}"
+    );
+    assert!(
+        deferred.retry_after_seconds == Some(1),
+        "Retry-After rounds 0.25 s up to 1"
+    );
+
+    // Then the sustained rate: over 2.5 s of polling, about 4/s are granted.
+    // Tolerance: +-2 grants for scheduling jitter at the edges of the period.
+    let started = Instant::now();
+    let mut sustained = 0;
+    while started.elapsed() < Duration::from_millis(2500) {
+        if app.reserve(json!({"flow": "invoice"})).await.outcome == Outcome::Granted {
+            sustained += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        (8..=12).contains(&sustained),
+        "~10 grants in 2.5 s at 4/s, got {sustained}"
+    );
+}
+
+#[sqlx::test]
+async fn budget_and_cadence_are_both_or_neither(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 2, "invoice", "enforce").await;
+    // Practically no refill during the test.
+    set_limits(&pool, "api", "rate = 0.01, burst = 5, adaptive = false").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice", "count": 2}))
+            .await
+            .outcome,
+        Outcome::Granted
+    );
+    // The budget refuses: no token is spent.
+    let tokens = bucket_tokens(&pool, "api").await;
+    let refused = app.reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(refused.limit, Some(Limit::Budget));
+    assert!(
+        (bucket_tokens(&pool, "api").await - tokens).abs() < 1e-9,
+        "a budget refusal spends no token"
+    );
+
+    // Cadence refuses: no budget slot is spent.
+    sqlx::query("UPDATE quota SET hourly_ceiling = 100 WHERE name = 'api'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    let refused = app.reserve(json!({"flow": "invoice", "count": 4})).await;
+    assert_eq!(
+        (refused.outcome, refused.limit),
+        (Outcome::Deferred, Some(Limit::Cadence))
+    );
+    assert_eq!(
+        current_count(&pool, "api").await,
+        2,
+        "a cadence refusal spends no budget slot"
+    );
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice", "count": 3}))
+            .await
+            .outcome,
+        Outcome::Granted
+    );
+    assert_eq!(current_count(&pool, "api").await, 5);
+}
+
+#[sqlx::test]
+async fn a_restart_does_not_refill_the_bucket(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 0.01, burst = 3").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for _ in 0..3 {
+        assert_eq!(
+            app.reserve(json!({"flow": "invoice"})).await.outcome,
+            Outcome::Granted
+        );
+    }
+    drop(app);
+    let restarted = TestApp::spawn(pool.clone()).await;
+    assert_eq!(
+        restarted.reserve(json!({"flow": "invoice"})).await.limit,
+        Some(Limit::Cadence)
+    );
+}
+
+#[sqlx::test]
+async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 10, burst = 20").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let answer: Value = app
+        .client
+        .post(format!("{}/v1/report", app.base))
+        .json(&json!({"flow": "invoice", "upstream": "429"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        (answer["effective_rate"].as_f64().unwrap() - 7.0).abs() < 0.01,
+        "{answer}"
+    );
+    assert!(
+        (answer["effective_burst"].as_f64().unwrap() - 14.0).abs() < 0.02,
+        "{answer}"
+    );
+    let quota = quota_row(&app).await;
+    assert!(
+        (quota["effective_rate"].as_f64().unwrap() - 7.0).abs() < 0.05,
+        "{quota}"
+    );
+
+    // 90 s of quiet, by moving the stored timestamp back rather than sleeping.
+    sqlx::query(
+        "UPDATE quota_bucket SET factor_at = factor_at - interval '90 seconds' WHERE quota = 'api'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let quota = quota_row(&app).await;
+    assert_eq!(
+        quota["effective_rate"].as_f64(),
+        Some(10.0),
+        "back to the configured rate: {quota}"
+    );
+    assert_eq!(quota["effective_burst"].as_f64(), Some(20.0));
+
+    // Successes never push past the configured values; adaptive = false ignores reports.
+    for _ in 0..5 {
+        app.client
+            .post(format!("{}/v1/report", app.base))
+            .json(&json!({"flow": "invoice", "upstream": "2xx"}))
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(quota_row(&app).await["effective_rate"].as_f64(), Some(10.0));
+    set_limits(&pool, "api", "adaptive = false").await;
+    app.client
+        .post(format!("{}/v1/report", app.base))
+        .json(&json!({"flow": "invoice", "upstream": "429"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(quota_row(&app).await["effective_rate"].as_f64(), Some(10.0));
+}
+
+async fn quota_row(app: &TestApp) -> Value {
+    let quotas: Value = app
+        .admin(Method::GET, "/v1/quotas")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    quotas["quotas"][0].clone()
+}
+
+#[sqlx::test]
+async fn expired_leases_free_their_slot_and_reports_free_it_sooner(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 1").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let held = app.reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(held.outcome, Outcome::Granted);
+    let lease_id = held.lease_id.expect("a grant holds a lease");
+    let valid_until = held.valid_until.unwrap();
+    let validity = valid_until - held.window_start.unwrap();
+    assert!(validity > chrono::Duration::zero());
+    let full = app.reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(
+        (full.outcome, full.limit),
+        (Outcome::Deferred, Some(Limit::InFlight))
+    );
+    assert_eq!(
+        full.retry_at,
+        Some(valid_until),
+        "retry when the first lease expires"
+    );
+    assert_eq!(
+        current_count(&pool, "api").await,
+        1,
+        "an in-flight refusal spends no budget"
+    );
+
+    // A crashed worker never reports: its lease expires by itself.
+    sqlx::query("UPDATE quota_slot SET valid_until = arbiter_now() - interval '1 second' WHERE lease_id = $1")
+        .bind(lease_id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let next = app.reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(next.outcome, Outcome::Granted);
+    // The stale lease can no longer free the slot someone else holds now.
+    let stale: Value = app
+        .client
+        .post(format!("{}/v1/report", app.base))
+        .json(&json!({"flow": "invoice", "lease_id": lease_id}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stale["released"], false);
+    let freed: Value = app
+        .client
+        .post(format!("{}/v1/report", app.base))
+        .json(&json!({"flow": "invoice", "lease_id": next.lease_id.unwrap(), "upstream": "2xx"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(freed["released"], true);
+    assert!(freed["avg_lease_seconds"].as_f64().is_some());
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice"})).await.outcome,
+        Outcome::Granted
+    );
+}
+
+#[sqlx::test]
+async fn lease_validity_follows_the_flows_average_hold_time(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 2").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let first = app.reserve(json!({"flow": "invoice"})).await;
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let secs = (first.valid_until.unwrap() - now).num_milliseconds() as f64 / 1000.0;
+    assert!(
+        (29.0..=30.5).contains(&secs),
+        "30 s before any history, got {secs}"
+    );
+    sqlx::query("INSERT INTO flow_lease_duration (flow, avg_seconds) VALUES ('invoice', 1.0)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let second = app.reserve(json!({"flow": "invoice"})).await;
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let secs = (second.valid_until.unwrap() - now).num_milliseconds() as f64 / 1000.0;
+    assert!(
+        (4.0..=5.5).contains(&secs),
+        "2 x 1 s clamped up to 5 s, got {secs}"
+    );
+}
+
+#[sqlx::test]
+async fn eight_concurrent_workers_never_exceed_max_in_flight(pool: PgPool) {
+    create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 3").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let in_flight = Arc::new(AtomicI64::new(0));
+    let peak = Arc::new(AtomicI64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (app, in_flight, peak) = (app.clone(), in_flight.clone(), peak.clone());
+        workers.push(tokio::spawn(async move {
+            let mut emitted = 0;
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until {
+                let decision: Decision = app.reserve(json!({"flow": "invoice"})).await;
+                if decision.outcome != Outcome::Granted {
+                    assert_eq!(decision.limit, Some(Limit::InFlight));
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                let lease_id = decision.lease_id.unwrap();
+                app.client
+                    .post(format!("{}/v1/report", app.base))
+                    .json(&json!({"flow": "invoice", "lease_id": lease_id}))
+                    .send()
+                    .await
+                    .unwrap();
+                emitted += 1;
+            }
+            emitted
+        }));
+    }
+    let mut emitted = 0;
+    for worker in workers {
+        emitted += worker.await.unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 3, "{peak} in flight at once");
+    assert_eq!(peak, 3, "the slots were used to the full");
+    assert!(emitted > 20, "work got done: {emitted}");
+}
+
+#[sqlx::test]
+async fn headroom_keeps_the_top_of_the_window_for_priority_1(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 10, "sync", "enforce").await;
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    sqlx::query("UPDATE flow SET priority = 3 WHERE name = 'sync'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE flow SET priority = 1 WHERE name = 'invoice'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    set_limits(&pool, "ppf", "priority2_share = 90, priority3_share = 80").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let mut sync_granted = 0;
+    for _ in 0..12 {
+        if app.reserve(json!({"flow": "sync"})).await.outcome == Outcome::Granted {
+            sync_granted += 1;
+        }
+    }
+    assert_eq!(sync_granted, 8, "priority 3 stops at 80% of the ceiling");
+    let mut invoice_granted = 0;
+    for _ in 0..5 {
+        if app.reserve(json!({"flow": "invoice"})).await.outcome == Outcome::Granted {
+            invoice_granted += 1;
+        }
+    }
+    assert_eq!(
+        invoice_granted, 2,
+        "priority 1 gets the rest, never more than the ceiling"
+    );
+    assert_eq!(current_count(&pool, "ppf").await, 10);
+}
