@@ -102,3 +102,22 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- Cadence per quota: configured and effective (adaptive) rate and burst, and
+-- the tokens in the bucket right now.
+CREATE VIEW quota_cadence AS
+SELECT q.name AS quota, q.rate, q.burst, q.adaptive,
+       f.factor,
+       greatest(0.01, q.rate * f.factor) AS effective_rate,
+       greatest(1.0, q.burst * f.factor) AS effective_burst,
+       least(greatest(1.0, q.burst * f.factor),
+             b.tokens + greatest(0.01, q.rate * f.factor)
+                        * greatest(0, extract(epoch FROM arbiter_now() - b.refilled_at))) AS tokens_now,
+       q.max_in_flight,
+       (SELECT count(*) FROM quota_slot s
+        WHERE s.quota = q.name AND s.valid_until > arbiter_now()) AS leases_held
+FROM quota q
+JOIN quota_bucket b ON b.quota = q.name
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN q.adaptive THEN recovered_factor(b.factor, b.factor_at) ELSE 1.0 END AS factor
+) f;

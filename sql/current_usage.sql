@@ -1,11 +1,14 @@
--- Current usage per quota (the quota_usage view): what the dashboard and the
--- window gauges show.
-SELECT quota           AS "quota!",
-       window_start    AS "window_start!",
-       count           AS "count!",
-       hourly_ceiling  AS "hourly_ceiling!",
-       percent_used::float8 AS "percent_used?",
-       slots_left      AS "slots_left!",
-       seconds_left    AS "seconds_left!"
-FROM quota_usage
-ORDER BY quota
+-- Current usage per quota (the quota_usage view) with the cadence in force:
+-- what the dashboard and the state gauges show.
+SELECT u.quota           AS "quota!",
+       u.window_start    AS "window_start!",
+       u.count           AS "count!",
+       u.hourly_ceiling  AS "hourly_ceiling!",
+       u.percent_used::float8 AS "percent_used?",
+       u.slots_left      AS "slots_left!",
+       u.seconds_left    AS "seconds_left!",
+       c.effective_rate  AS "effective_rate?",
+       c.effective_burst AS "effective_burst?"
+FROM quota_usage u
+LEFT JOIN quota_cadence c ON c.quota = u.quota
+ORDER BY u.quota

@@ -37,6 +37,12 @@ pub struct BenchArgs {
     /// Skip the pgbench baseline even when pgbench is installed.
     #[arg(long)]
     pub no_pgbench: bool,
+    /// Cadence check: sustained tokens per second of a cadence quota.
+    #[arg(long, default_value_t = 100.0)]
+    pub cadence_rate: f64,
+    /// Cadence check: bucket size.
+    #[arg(long, default_value_t = 10.0)]
+    pub cadence_burst: f64,
 }
 
 struct ArmResult {
@@ -80,6 +86,24 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
             .put_flow(BENCH_ACTOR, name, &enforced, ceiling)
             .await?;
     }
+
+    let paced = format!("{tag}-cadence");
+    let cadence = QuotaSettings {
+        hourly_ceiling: UNREACHABLE_CEILING,
+        rate: Some(args.cadence_rate),
+        burst: Some(args.cadence_burst),
+        adaptive: Some(false),
+        ..QuotaSettings::default()
+    };
+    store.put_quota(BENCH_ACTOR, &paced, &cadence).await?;
+    let enforced = FlowChange {
+        quota: paced.clone(),
+        mode: Some(Mode::Enforce),
+        ..FlowChange::default()
+    };
+    store
+        .put_flow(BENCH_ACTOR, &paced, &enforced, UNREACHABLE_CEILING)
+        .await?;
 
     let app = Application::build_with_pool(server_config, pool.clone()).await?;
     let base = format!("http://{}", app.local_addr());
@@ -130,10 +154,20 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
         }
     }
     let over_demand = over_demand(&client, &base, &capped, args.ceiling, args.concurrency).await?;
+    let paced = paced_grants(&client, &base, &paced, &args).await?;
     let _ = stop.send(());
     server.await??;
 
     print_report(&args, &arms, &over_demand);
+    println!(
+        "cadence check: rate {}/s, burst {}: {} granted in {:.1} s = {:.1} grants/s (ideal {:.1}/s: rate + burst spread over the run)",
+        args.cadence_rate,
+        args.cadence_burst,
+        paced.granted,
+        paced.seconds,
+        paced.granted as f64 / paced.seconds,
+        args.cadence_rate + args.cadence_burst / paced.seconds
+    );
     Ok(())
 }
 
@@ -350,4 +384,55 @@ fn print_report(args: &BenchArgs, arms: &[ArmResult], over: &OverDemand) {
             "MISMATCH"
         }
     );
+}
+
+struct PacedGrants {
+    granted: usize,
+    seconds: f64,
+}
+
+/// Callers hammer a cadence quota for the run's duration: the grants per
+/// second should match the sustained rate (plus the initial burst).
+async fn paced_grants(
+    client: &reqwest::Client,
+    base: &str,
+    flow: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<PacedGrants> {
+    let started = Instant::now();
+    let until = started + args.duration;
+    let mut tasks = Vec::new();
+    for _ in 0..args.concurrency {
+        let (client, url, flow) = (
+            client.clone(),
+            format!("{base}/v1/reserve"),
+            flow.to_string(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut granted = 0;
+            while Instant::now() < until {
+                let decision = reserve(&client, &url, &flow).await?;
+                match decision.outcome {
+                    Outcome::Granted => granted += 1,
+                    // Ask again when the next token is due, as a worker would.
+                    _ => {
+                        let wait = decision
+                            .retry_at
+                            .map(|at| (at - Utc::now()).num_milliseconds().clamp(1, 1000))
+                            .unwrap_or(10);
+                        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+                    }
+                }
+            }
+            anyhow::Ok(granted)
+        }));
+    }
+    let mut granted = 0;
+    for task in tasks {
+        granted += task.await??;
+    }
+    Ok(PacedGrants {
+        granted,
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }

@@ -57,6 +57,13 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct QuotaSeed {
     pub hourly_ceiling: Option<i64>,
+    /// Cadence: sustained tokens per second (with `burst`).
+    pub rate: Option<f64>,
+    pub burst: Option<f64>,
+    pub adaptive: Option<bool>,
+    pub max_in_flight: Option<i32>,
+    pub priority2_share: Option<i16>,
+    pub priority3_share: Option<i16>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -151,6 +158,17 @@ impl Config {
                 return Err(invalid(
                     &format!("quotas.{name}.hourly_ceiling"),
                     "must be 0 or more".into(),
+                ));
+            }
+            let cadence_ok = match (quota.rate, quota.burst) {
+                (Some(rate), Some(burst)) => rate > 0.0 && burst >= 1.0,
+                (None, None) => true,
+                _ => false,
+            };
+            if !cadence_ok {
+                return Err(invalid(
+                    &format!("quotas.{name}.rate"),
+                    "and `burst` go together (rate > 0, burst >= 1)".into(),
                 ));
             }
         }

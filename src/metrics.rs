@@ -1,6 +1,7 @@
 //! Prometheus metrics. Label values come from the catalog, never straight from
 //! a caller, so a stream of made-up flow names cannot blow up cardinality.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -51,6 +52,9 @@ pub struct WindowUsage {
     pub quota: String,
     pub count: i64,
     pub hourly_ceiling: i64,
+    /// Cadence in force (after adaptive shrinking), when the quota has one.
+    pub effective_rate: Option<f64>,
+    pub effective_burst: Option<f64>,
 }
 
 #[derive(Clone)]
@@ -65,6 +69,8 @@ pub struct Metrics {
     window_ceiling: Family<QuotaLabels, Gauge>,
     pool_connections: Family<PoolLabels, Gauge>,
     pool_max_connections: Gauge,
+    effective_rate: Family<QuotaLabels, Gauge<f64, AtomicU64>>,
+    effective_burst: Family<QuotaLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -130,8 +136,22 @@ impl Metrics {
             "Size limit of this replica's PostgreSQL pool",
             pool_max_connections.clone(),
         );
+        let effective_rate = Family::<QuotaLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "cadence_effective_rate",
+            "Cadence tokens per second in force, after adaptive shrinking",
+            effective_rate.clone(),
+        );
+        let effective_burst = Family::<QuotaLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "cadence_effective_burst",
+            "Cadence bucket size in force, after adaptive shrinking",
+            effective_burst.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            effective_rate,
+            effective_burst,
             flow_mode,
             window_count,
             window_ceiling,
@@ -200,6 +220,8 @@ impl Metrics {
         // Without a fresh reading, no number beats a stale one.
         self.window_count.clear();
         self.window_ceiling.clear();
+        self.effective_rate.clear();
+        self.effective_burst.clear();
         for window in usage.unwrap_or_default() {
             let labels = QuotaLabels {
                 quota: window.quota.clone(),
@@ -208,6 +230,10 @@ impl Metrics {
             self.window_ceiling
                 .get_or_create(&labels)
                 .set(window.hourly_ceiling);
+            if let (Some(rate), Some(burst)) = (window.effective_rate, window.effective_burst) {
+                self.effective_rate.get_or_create(&labels).set(rate);
+                self.effective_burst.get_or_create(&labels).set(burst);
+            }
         }
         let (size, idle) = (i64::from(pool.size()), pool.num_idle() as i64);
         let state = |s: &str| PoolLabels {

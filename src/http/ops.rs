@@ -81,6 +81,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                     quota: row.quota,
                     count: row.count,
                     hourly_ceiling: row.hourly_ceiling,
+                    effective_rate: row.effective_rate,
+                    effective_burst: row.effective_burst,
                 })
                 .collect::<Vec<_>>()
         });

@@ -227,6 +227,8 @@ pub struct UsageRow {
     pub percent_used: Option<f64>,
     pub slots_left: i64,
     pub seconds_left: i32,
+    pub effective_rate: Option<f64>,
+    pub effective_burst: Option<f64>,
 }
 
 impl Store {

@@ -52,9 +52,19 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 pub async fn seed_catalog(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
     for (name, seed) in &config.quotas {
         let wanted = seed.hourly_ceiling.unwrap_or(config.hourly_ceiling);
-        let stored = sqlx::query_file_scalar!("sql/seed_quota.sql", name, wanted)
-            .fetch_one(pool)
-            .await?;
+        let stored = sqlx::query_file_scalar!(
+            "sql/seed_quota.sql",
+            name,
+            wanted,
+            seed.rate,
+            seed.burst,
+            seed.adaptive,
+            seed.max_in_flight,
+            seed.priority2_share,
+            seed.priority3_share
+        )
+        .fetch_one(pool)
+        .await?;
         if stored != wanted {
             tracing::warn!(quota = %name, file = wanted, table = stored,
                 "config file and table disagree on hourly_ceiling; the table wins");
