@@ -61,74 +61,53 @@ async fn without_a_configured_token_admin_is_refused_clearly(pool: PgPool) {
 async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let quota: Value = app
-        .admin(Method::PUT, "/v1/quotas/ppf")
-        .json(&json!({"hourly_ceiling": 1000}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .admin_json(
+            Method::PUT,
+            "/v1/quotas/ppf",
+            Some(json!({"hourly_ceiling": 1000})),
+        )
+        .await;
     assert_eq!(quota["hourly_ceiling"], 1000);
 
     // A flow created without a mode observes.
     let flow: Value = app
-        .admin(Method::PUT, "/v1/flows/invoice")
-        .json(&json!({"quota": "ppf", "priority": 1}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .admin_json(
+            Method::PUT,
+            "/v1/flows/invoice",
+            Some(json!({"quota": "ppf", "priority": 1})),
+        )
+        .await;
     assert_eq!(
         (flow["mode"].as_str(), flow["priority"].as_i64()),
         (Some("observe"), Some(1))
     );
     let flipped: Value = app
-        .admin(Method::PUT, "/v1/flows/invoice")
-        .json(&json!({"quota": "ppf", "mode": "enforce"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .admin_json(
+            Method::PUT,
+            "/v1/flows/invoice",
+            Some(json!({"quota": "ppf", "mode": "enforce"})),
+        )
+        .await;
     assert_eq!(
         (flipped["mode"].as_str(), flipped["priority"].as_i64()),
         (Some("enforce"), Some(1))
     );
     // Updating without a mode keeps the flipped one.
     let kept: Value = app
-        .admin(Method::PUT, "/v1/flows/invoice")
-        .json(&json!({"quota": "ppf", "priority": 2}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .admin_json(
+            Method::PUT,
+            "/v1/flows/invoice",
+            Some(json!({"quota": "ppf", "priority": 2})),
+        )
+        .await;
     assert_eq!(kept["mode"], "enforce");
 
     // A flow naming an unknown quota creates it with the default ceiling.
     let ack: Value = app
-        .admin(Method::PUT, "/v1/flows/ack")
-        .json(&json!({"quota": "sms"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .admin_json(Method::PUT, "/v1/flows/ack", Some(json!({"quota": "sms"})))
+        .await;
     assert_eq!(ack["quota"], "sms");
-    let quotas: Value = app
-        .admin(Method::GET, "/v1/quotas")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let quotas: Value = app.admin_json(Method::GET, "/v1/quotas", None).await;
     let names: Vec<(&str, i64)> = quotas["quotas"]
         .as_array()
         .unwrap()
@@ -141,14 +120,7 @@ async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
         })
         .collect();
     assert_eq!(names, vec![("ppf", 1000), ("sms", 1000)]);
-    let flows: Value = app
-        .admin(Method::GET, "/v1/flows")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let flows: Value = app.admin_json(Method::GET, "/v1/flows", None).await;
     assert_eq!(flows["flows"].as_array().unwrap().len(), 2);
 
     // The catalog is refreshed at once: the flip is obeyed by this replica.
@@ -214,14 +186,7 @@ async fn windows_report_count_ceiling_and_tallies(pool: PgPool) {
     }
     let want = json!({"count": 2, "hourly_ceiling": 2, "granted": 2, "deferred": 1});
     let got = crate::helpers::eventually(std::time::Duration::from_secs(5), want.clone(), || async {
-        let windows: Value = app
-            .admin(Method::GET, "/v1/windows?quota=ppf&last=24")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let windows: Value = app.admin_json(Method::GET, "/v1/windows?quota=ppf&last=24", None).await;
         let w = &windows["windows"][0];
         json!({"count": w["count"], "hourly_ceiling": w["hourly_ceiling"], "granted": w["granted"], "deferred": w["deferred"]})
     })

@@ -218,33 +218,18 @@ async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
 
     // Successes never push past the configured values; adaptive = false ignores reports.
     for _ in 0..5 {
-        app.client
-            .post(format!("{}/v1/report", app.base))
-            .json(&json!({"flow": "invoice", "upstream": "2xx"}))
-            .send()
-            .await
-            .unwrap();
+        app.post_json("/v1/report", json!({"flow": "invoice", "upstream": "2xx"}))
+            .await;
     }
     assert_eq!(quota_row(&app).await["effective_rate"].as_f64(), Some(10.0));
     set_limits(&pool, "api", "adaptive = false").await;
-    app.client
-        .post(format!("{}/v1/report", app.base))
-        .json(&json!({"flow": "invoice", "upstream": "429"}))
-        .send()
-        .await
-        .unwrap();
+    app.post_json("/v1/report", json!({"flow": "invoice", "upstream": "429"}))
+        .await;
     assert_eq!(quota_row(&app).await["effective_rate"].as_f64(), Some(10.0));
 }
 
 async fn quota_row(app: &TestApp) -> Value {
-    let quotas: Value = app
-        .admin(Method::GET, "/v1/quotas")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let quotas: Value = app.admin_json(Method::GET, "/v1/quotas", None).await;
     quotas["quotas"][0].clone()
 }
 
@@ -285,27 +270,20 @@ async fn expired_leases_free_their_slot_and_reports_free_it_sooner(pool: PgPool)
     let next = app.reserve(json!({"flow": "invoice"})).await;
     assert_eq!(next.outcome, Outcome::Granted);
     // The stale lease can no longer free the slot someone else holds now.
-    let stale: Value = app
-        .client
-        .post(format!("{}/v1/report", app.base))
-        .json(&json!({"flow": "invoice", "lease_id": lease_id}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stale = app
+        .post_json(
+            "/v1/report",
+            json!({"flow": "invoice", "lease_id": lease_id}),
+        )
+        .await;
     assert_eq!(stale["released"], false);
-    let freed: Value = app
-        .client
-        .post(format!("{}/v1/report", app.base))
-        .json(&json!({"flow": "invoice", "lease_id": next.lease_id.unwrap(), "upstream": "2xx"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let lease_id = next.lease_id.unwrap();
+    let freed = app
+        .post_json(
+            "/v1/report",
+            json!({"flow": "invoice", "lease_id": lease_id, "upstream": "2xx"}),
+        )
+        .await;
     assert_eq!(freed["released"], true);
     assert!(freed["avg_lease_seconds"].as_f64().is_some());
     assert_eq!(
@@ -348,7 +326,8 @@ async fn lease_validity_follows_the_flows_average_hold_time(pool: PgPool) {
 #[sqlx::test]
 async fn eight_concurrent_workers_never_exceed_max_in_flight(pool: PgPool) {
     create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
-    set_limits(&pool, "api", "max_in_flight = 3").await;
+    // A cadence too, so concurrent grants take slot, bucket and window locks together.
+    set_limits(&pool, "api", "max_in_flight = 3, rate = 1000, burst = 1000").await;
     let app = Arc::new(TestApp::spawn(pool.clone()).await);
     let in_flight = Arc::new(AtomicI64::new(0));
     let peak = Arc::new(AtomicI64::new(0));
@@ -370,12 +349,11 @@ async fn eight_concurrent_workers_never_exceed_max_in_flight(pool: PgPool) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 let lease_id = decision.lease_id.unwrap();
-                app.client
-                    .post(format!("{}/v1/report", app.base))
-                    .json(&json!({"flow": "invoice", "lease_id": lease_id}))
-                    .send()
-                    .await
-                    .unwrap();
+                app.post_json(
+                    "/v1/report",
+                    json!({"flow": "invoice", "lease_id": lease_id}),
+                )
+                .await;
                 emitted += 1;
             }
             emitted

@@ -66,6 +66,35 @@ impl TestApp {
         response.json().await.expect("a decision")
     }
 
+    /// `POST path` with a JSON body, expecting 200 and a JSON answer.
+    pub async fn post_json(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), 200, "POST {path} {body}");
+        response.json().await.expect("a JSON answer")
+    }
+
+    /// An admin call, expecting 200 and a JSON answer.
+    pub async fn admin_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Value {
+        let mut request = self.admin(method.clone(), path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request sent");
+        assert_eq!(response.status(), 200, "{method} {path}");
+        response.json().await.expect("a JSON answer")
+    }
+
     pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.client
             .request(method, format!("{}{path}", self.base))

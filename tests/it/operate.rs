@@ -263,13 +263,8 @@ async fn report_views_and_tallies_agree_on_a_known_load(pool: PgPool) {
     assert_eq!(tallied, (12, 7, 7));
 
     let report: Value = app
-        .admin(Method::GET, "/v1/report?since=7d")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .admin_json(Method::GET, "/v1/report?since=7d", None)
+        .await;
     let flows = report["flows"].as_array().unwrap();
     assert_eq!(flows.len(), 1, "only flows still observing: {report}");
     let flow = &flows[0];
@@ -283,13 +278,8 @@ async fn report_views_and_tallies_agree_on_a_known_load(pool: PgPool) {
     assert!(verdict.starts_with("enforcing status-report now would have deferred 7 decisions in 1 of the last 168 hours (worst: "), "{verdict}");
 
     let what_if: Value = app
-        .admin(Method::GET, "/v1/report?since=1d&ceiling=10")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .admin_json(Method::GET, "/v1/report?since=1d&ceiling=10", None)
+        .await;
     // 13 slots in the window (12 observed + 1 bypass) against a ceiling of 10;
     // status-report made 12 of the hour's 13 decisions.
     assert_eq!(what_if["flows"][0]["would_defer"], 3, "{what_if}");

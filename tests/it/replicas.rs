@@ -172,39 +172,3 @@ async fn a_restarted_replica_keeps_the_window_and_grants_no_fresh_burst(pool: Pg
     );
     assert_eq!(current_count(&pool, "ppf").await, 10);
 }
-
-#[sqlx::test]
-async fn every_replica_obeys_a_mode_flipped_in_sql(pool: PgPool) {
-    create_flow(&pool, "closed", 0, "invoice", "observe").await;
-    let replicas = three_replicas(&pool).await;
-    let client = reqwest::Client::new();
-    for replica in &replicas {
-        let decision: Decision = post_reserve(&client, &replica.base, json!({"flow": "invoice"}))
-            .await
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(decision.outcome, Outcome::Granted, "observe grants");
-    }
-    sqlx::query("UPDATE flow SET mode = 'enforce' WHERE name = 'invoice'")
-        .execute(&pool)
-        .await
-        .unwrap();
-    for replica in &replicas {
-        let outcome = eventually(Duration::from_secs(3), Outcome::Deferred, || async {
-            post_reserve(&client, &replica.base, json!({"flow": "invoice"}))
-                .await
-                .json::<Decision>()
-                .await
-                .unwrap()
-                .outcome
-        })
-        .await;
-        assert_eq!(
-            outcome,
-            Outcome::Deferred,
-            "{} obeys the flip",
-            replica.base
-        );
-    }
-}
