@@ -23,6 +23,7 @@ RUN mkdir src \
 
 # 2. The real crate. Migrations (sqlx::migrate!), sql/*.sql (query_file!,
 #    include_str!) and .sqlx/ are all read at compile time.
+COPY build.rs ./
 COPY src/ src/
 COPY sql/ sql/
 COPY migrations/ migrations/

@@ -31,6 +31,8 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('quota_arbiter.actor', true), ''), 'sql:' || session_user)
 $$;
 
+-- Audits every column that changed, except bookkeeping ones, so settings
+-- added by later migrations are covered without touching this function.
 CREATE FUNCTION audit_catalog_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -39,9 +41,10 @@ DECLARE
     entity_name text := coalesce(new_fields ->> 'name', old_fields ->> 'name');
     field text;
 BEGIN
-    FOREACH field IN ARRAY CASE TG_TABLE_NAME
-        WHEN 'flow' THEN ARRAY['quota', 'mode', 'priority', 'enforce_percent']
-        ELSE ARRAY['hourly_ceiling'] END
+    FOR field IN
+        SELECT key FROM jsonb_object_keys(old_fields || new_fields) AS key
+        WHERE key NOT IN ('name', 'created_at', 'updated_at')
+        ORDER BY key
     LOOP
         IF (old_fields ->> field) IS DISTINCT FROM (new_fields ->> field) THEN
             INSERT INTO catalog_audit (actor, entity, name, field, from_value, to_value)

@@ -78,31 +78,6 @@ LANGUAGE sql STABLE AS $$
     SELECT least(1.0, factor * power(1.005, greatest(0, extract(epoch FROM arbiter_now() - factor_at))))
 $$;
 
--- The audit trail also covers the new settings.
-CREATE OR REPLACE FUNCTION audit_catalog_change() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    old_fields jsonb := CASE WHEN TG_OP = 'INSERT' THEN '{}'::jsonb ELSE to_jsonb(OLD) END;
-    new_fields jsonb := CASE WHEN TG_OP = 'DELETE' THEN '{}'::jsonb ELSE to_jsonb(NEW) END;
-    entity_name text := coalesce(new_fields ->> 'name', old_fields ->> 'name');
-    field text;
-BEGIN
-    FOREACH field IN ARRAY CASE TG_TABLE_NAME
-        WHEN 'flow' THEN ARRAY['quota', 'mode', 'priority', 'enforce_percent']
-        ELSE ARRAY['hourly_ceiling', 'rate', 'burst', 'adaptive', 'max_in_flight',
-                   'priority2_share', 'priority3_share'] END
-    LOOP
-        IF (old_fields ->> field) IS DISTINCT FROM (new_fields ->> field) THEN
-            INSERT INTO catalog_audit (actor, entity, name, field, from_value, to_value)
-            VALUES (catalog_actor(), TG_TABLE_NAME, entity_name, field,
-                    old_fields ->> field, new_fields ->> field);
-        END IF;
-    END LOOP;
-    PERFORM pg_notify('quota_arbiter_catalog', TG_TABLE_NAME || ':' || entity_name);
-    RETURN NULL;
-END
-$$;
-
 -- Cadence per quota: configured and effective (adaptive) rate and burst, and
 -- the tokens in the bucket right now.
 CREATE VIEW quota_cadence AS
