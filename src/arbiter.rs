@@ -1,6 +1,10 @@
 //! The decision path for work that is not deadline-bound: catalog lookup, then
 //! (for observe and enforce) the store's conditional upsert.
 
+mod batch;
+mod claim;
+mod work;
+
 use std::time::{Duration, Instant};
 
 use crate::catalog::{Catalog, Mode, Rule};
@@ -9,6 +13,9 @@ use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::tally::Ledger;
+
+pub use batch::MAX_BATCH_ITEMS;
+pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
 
 /// The store could not decide in time; for an enforced flow that is a 503.
 #[derive(Debug, thiserror::Error)]

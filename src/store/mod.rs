@@ -2,9 +2,13 @@
 
 mod admin;
 mod bootstrap;
+pub mod slots;
+pub mod work;
 
 pub use admin::{FlowRow, QuotaRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
+pub use slots::Take;
+pub use work::{NewWork, WorkItem};
 
 use sqlx::PgPool;
 

@@ -2,6 +2,7 @@
 //! test, a fresh database per test via `#[sqlx::test]`.
 
 mod admin;
+mod batch;
 mod config;
 mod helpers;
 mod openapi;
