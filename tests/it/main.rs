@@ -10,3 +10,4 @@ mod outage;
 mod replicas;
 mod reserve;
 mod windows;
+mod work;
