@@ -22,7 +22,7 @@ use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::store::slots::{give_back_slots, take_slots};
-use crate::store::work::{lease, lock_candidates, Candidate, Lane};
+use crate::store::work::{busy_flows, lease, lock_candidates, Candidate, Lane};
 use crate::store::{Take, WorkItem};
 
 /// Most items one claim may lease.
@@ -123,7 +123,7 @@ impl Kind {
 
 struct Leased {
     items: Vec<(WorkItem, Kind)>,
-    takes: Vec<Take>,
+    takes: Vec<(String, Take)>,
 }
 
 impl Arbiter {
@@ -163,7 +163,7 @@ impl Arbiter {
                 }),
                 (Kind::Enforced(take), Some(rule)) => {
                     let mut decision = with_rule(rule);
-                    decision.window_start = Some(leased.takes[take].clock.window_start);
+                    decision.window_start = Some(leased.takes[take].1.clock.window_start);
                     self.settle(decision, true)
                 }
                 (Kind::Observed, Some(rule)) => {
@@ -217,14 +217,22 @@ impl Arbiter {
         let mut takes = Vec::new();
         let mut waiting: Vec<(Candidate, Kind)> = Vec::new();
         if remaining > 0 {
+            // Only quotas with work to claim are worth a take (and a row lock).
+            let enforced: Vec<String> = lanes
+                .enforced
+                .values()
+                .flat_map(|(_, f)| f.clone())
+                .collect();
+            let busy = busy_flows(&mut tx, &enforced, horizon_seconds).await?;
             for (name, (quota, flows)) in &lanes.enforced {
-                if quota.hourly_ceiling < 1 {
-                    continue; // the guard: a ceiling below 1 grants nothing
+                if quota.hourly_ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
+                    // The guard: a ceiling below 1 grants nothing.
+                    continue;
                 }
                 let take = take_slots(&mut *tx, name, remaining, quota.hourly_ceiling).await?;
                 let lane = lane(flows, true, false);
                 let kind = Kind::Enforced(takes.len());
-                takes.push(take);
+                takes.push((name.clone(), take));
                 let found = lock_candidates(&mut tx, &lane, take.taken).await?;
                 waiting.extend(found.into_iter().map(|c| (c, kind)));
             }
@@ -239,17 +247,12 @@ impl Arbiter {
         }
         waiting.sort_by_key(|(c, _)| c.rank());
         waiting.truncate(remaining.max(0) as usize);
-        for (index, take) in takes.iter().enumerate() {
+        for (index, (quota, take)) in takes.iter().enumerate() {
             let used = waiting
                 .iter()
                 .filter(|(_, k)| matches!(k, Kind::Enforced(i) if *i == index))
                 .count() as i64;
             if take.taken > used {
-                let quota = lanes
-                    .enforced
-                    .keys()
-                    .nth(index)
-                    .expect("one take per quota");
                 give_back_slots(&mut *tx, quota, take.clock.window_start, take.taken - used)
                     .await?;
             }

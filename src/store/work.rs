@@ -182,6 +182,17 @@ pub async fn lock_candidates(
     .await
 }
 
+/// The flows among `flows` with claimable work outside the bypass horizon.
+pub async fn busy_flows(
+    db: &mut PgConnection,
+    flows: &[String],
+    horizon_seconds: f64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_file_scalar!("sql/work_busy_flows.sql", flows, horizon_seconds)
+        .fetch_all(db)
+        .await
+}
+
 /// Leases the locked items `ids` to `worker`, each with its outcome.
 pub async fn lease<'e>(
     db: impl PgExecutor<'e>,

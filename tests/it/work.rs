@@ -344,3 +344,29 @@ async fn due_items_are_claimed_as_bypassed_from_a_closed_quota(pool: PgPool) {
         "'later' waits for a ceiling"
     );
 }
+
+#[sqlx::test]
+async fn a_closed_quota_does_not_block_another_and_unused_slots_are_given_back(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "a-closed", 0, "fa", "enforce").await;
+    create_flow(&pool, "b-open", 5, "fb", "enforce").await;
+    create_flow(&pool, "c-idle", 5, "fc", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for (flow, n) in [("fa", 2), ("fb", 3)] {
+        for _ in 0..n {
+            enqueue(&app, json!({"flow": flow, "payload": {}})).await;
+        }
+    }
+    let got = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    let flows: Vec<&str> = got.items.iter().map(|c| c.item.flow.as_str()).collect();
+    assert_eq!(flows, ["fb", "fb", "fb"]);
+    assert_eq!(
+        current_count(&pool, "b-open").await,
+        3,
+        "2 of 5 taken, given back"
+    );
+    assert_eq!(current_count(&pool, "a-closed").await, 0);
+    assert_eq!(current_count(&pool, "c-idle").await, 0, "no work, no take");
+    let left = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    assert_eq!(left.outcome, ClaimOutcome::Deferred);
+}
