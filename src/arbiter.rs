@@ -1,6 +1,10 @@
 //! The decision path for work that is not deadline-bound: catalog lookup, then
 //! (for observe and enforce) the store's conditional upsert.
 
+mod batch;
+mod claim;
+mod work;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +15,9 @@ use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::metrics::Metrics;
 use crate::store::{Refusal, SlotSpec, Store};
 use crate::tally::Ledger;
+
+pub use batch::MAX_BATCH_ITEMS;
+pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
 
 /// The store could not decide in time; for an enforced flow that is a 503.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +67,7 @@ impl Arbiter {
         let Some(rule) = snapshot.rule(&request.flow) else {
             return Ok(self.settle(
                 Decision::new(Outcome::Unthrottled, &request.flow),
-                request,
+                request.deadline.is_some(),
                 false,
             ));
         };
@@ -72,7 +79,7 @@ impl Arbiter {
             Mode::Observe => self.observe(decision, &rule, request.count).await,
             Mode::Enforce => self.enforce(decision, &rule, request).await?,
         };
-        Ok(self.settle(decision, request, true))
+        Ok(self.settle(decision, request.deadline.is_some(), true))
     }
 
     fn count_after_the_fact(&self, mut decision: Decision, rule: &Rule, count: i64) -> Decision {
@@ -186,9 +193,9 @@ impl Arbiter {
         Err(outcome)
     }
 
-    fn settle(&self, decision: Decision, request: &SlotRequest, known_flow: bool) -> Decision {
+    fn settle(&self, decision: Decision, had_deadline: bool, known_flow: bool) -> Decision {
         self.metrics.record_decision(&decision, known_flow);
-        self.ledger.tally(&decision, request.deadline.is_some());
+        self.ledger.tally(&decision, had_deadline);
         decision
     }
 }

@@ -4,6 +4,8 @@
 //! the same statement under `pgbench` when it is installed. A measuring tool,
 //! not a test.
 
+mod claim_arm;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,6 +45,9 @@ pub struct BenchArgs {
     /// Cadence check: bucket size.
     #[arg(long, default_value_t = 10.0)]
     pub cadence_burst: f64,
+    /// Work items to enqueue for the claim arm (POST /v1/work/claim); 0 skips it.
+    #[arg(long, default_value_t = 2000)]
+    pub claim_items: usize,
 }
 
 struct ArmResult {
@@ -67,8 +72,10 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
     let hot = format!("{tag}-http");
     let bare = format!("{tag}-bare");
     let capped = format!("{tag}-capped");
+    let queued = format!("{tag}-work");
     for (name, ceiling) in [
         (&hot, UNREACHABLE_CEILING),
+        (&queued, UNREACHABLE_CEILING),
         (&bare, UNREACHABLE_CEILING),
         (&capped, args.ceiling),
     ] {
@@ -155,6 +162,13 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
     }
     let over_demand = over_demand(&client, &base, &capped, args.ceiling, args.concurrency).await?;
     let paced = paced_grants(&client, &base, &paced, &args).await?;
+    let work_arms = match args.claim_items {
+        0 => Vec::new(),
+        items => {
+            let (concurrency, duration) = (args.concurrency, args.duration);
+            claim_arm::run(&client, &base, &queued, items, concurrency, duration).await?
+        }
+    };
     let _ = stop.send(());
     server.await??;
 
@@ -168,6 +182,13 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
         paced.granted as f64 / paced.seconds,
         args.cadence_rate + args.cadence_burst / paced.seconds
     );
+    if !work_arms.is_empty() {
+        println!(
+            "pending-work registry, {} items on one enforced quota:",
+            args.claim_items
+        );
+        print_arms(&work_arms);
+    }
     Ok(())
 }
 
@@ -339,8 +360,20 @@ async fn over_demand(
     })
 }
 
-fn print_report(args: &BenchArgs, arms: &[ArmResult], over: &OverDemand) {
+fn print_arms(arms: &[ArmResult]) {
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    for arm in arms {
+        println!(
+            "{:<40} {:>12.0} {:>9} {:>9}",
+            arm.name,
+            arm.per_second,
+            ms(arm.p50_ms),
+            ms(arm.p99_ms)
+        );
+    }
+}
+
+fn print_report(args: &BenchArgs, arms: &[ArmResult], over: &OverDemand) {
     println!(
         "quota-arbiter bench, {}, {} concurrent callers, {:?} per arm, one hot quota",
         Utc::now().format("%Y-%m-%d %H:%M UTC"),
@@ -351,15 +384,7 @@ fn print_report(args: &BenchArgs, arms: &[ArmResult], over: &OverDemand) {
         "{:<40} {:>12} {:>9} {:>9}",
         "arm", "decisions/s", "p50 ms", "p99 ms"
     );
-    for arm in arms {
-        println!(
-            "{:<40} {:>12.0} {:>9} {:>9}",
-            arm.name,
-            arm.per_second,
-            ms(arm.p50_ms),
-            ms(arm.p99_ms)
-        );
-    }
+    print_arms(arms);
     if let [http, baseline, ..] = arms {
         println!(
             "HTTP / bare upsert (sqlx): {:.2}",

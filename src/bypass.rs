@@ -42,13 +42,28 @@ impl BypassDesk {
     /// Grants the request as `bypassed` when its deadline is within the
     /// horizon; `None` sends it down the normal path.
     pub fn try_bypass(&self, request: &SlotRequest) -> Option<Decision> {
-        let deadline = request.deadline?;
+        self.is_due(request).then(|| self.grant(request))
+    }
+
+    /// Whether the request's deadline is within the bypass horizon.
+    pub fn is_due(&self, request: &SlotRequest) -> bool {
+        let Some(deadline) = request.deadline else {
+            return false;
+        };
         // The database clock as last read; only before the very first reading
         // (store never reached) does the replica's own clock stand in.
         let now = self.clock.now().unwrap_or_else(Utc::now);
-        if deadline - now > self.horizon {
-            return None;
-        }
+        deadline - now <= self.horizon
+    }
+
+    /// The horizon, for callers that select due work in SQL by database time.
+    pub fn horizon(&self) -> chrono::Duration {
+        self.horizon
+    }
+
+    /// Grants due work as `bypassed`: counted after the fact, flagged in the
+    /// log, the metrics and the tallies. The caller has checked the horizon.
+    pub fn grant(&self, request: &SlotRequest) -> Decision {
         let mut decision = Decision::new(Outcome::Bypassed, &request.flow);
         decision.window_start = self.clock.window_start();
         let rule = self.catalog.snapshot().and_then(|s| s.rule(&request.flow));
@@ -65,12 +80,12 @@ impl BypassDesk {
             flow = %request.flow,
             quota = decision.quota.as_deref().unwrap_or(""),
             count = request.count,
-            deadline = %deadline,
+            deadline = %request.deadline.map(|d| d.to_string()).unwrap_or_default(),
             reference = request.reference.as_deref().unwrap_or(""),
             "deadline bypass: granted outside the quota"
         );
         self.metrics.record_decision(&decision, rule.is_some());
         self.ledger.tally(&decision, true);
-        Some(decision)
+        decision
     }
 }

@@ -92,6 +92,15 @@ pub struct Cadence {
 }
 
 impl QuotaRule {
+    /// Cadence, concurrency slots or headroom: decisions that cannot be
+    /// shared out of one take-up-to-k statement.
+    pub fn has_limits_beyond_budget(&self) -> bool {
+        self.cadence.is_some()
+            || self.max_in_flight.is_some()
+            || self.priority2_share.is_some()
+            || self.priority3_share.is_some()
+    }
+
     /// The part of the ceiling a flow of `priority` may use: lower priorities
     /// stop short of the top of the window when the quota reserves headroom.
     pub fn ceiling_for(&self, priority: i16) -> i64 {

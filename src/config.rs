@@ -25,6 +25,7 @@ const ENV_KEYS: &[&str] = &[
     "migrate_on_start",
     "store_timeout",
     "max_connections",
+    "lease_duration",
 ];
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -47,6 +48,9 @@ pub struct Config {
     #[serde(with = "humantime_serde_compat")]
     pub store_timeout: Duration,
     pub max_connections: u32,
+    /// How long a claimed work item is leased; after that it is pending again.
+    #[serde(with = "humantime_serde_compat")]
+    pub lease_duration: Duration,
     #[serde(default)]
     pub quotas: BTreeMap<String, QuotaSeed>,
     #[serde(default)]
@@ -93,6 +97,7 @@ impl Default for Config {
             migrate_on_start: true,
             store_timeout: Duration::from_millis(1500),
             max_connections: 16,
+            lease_duration: Duration::from_secs(5 * 60),
             quotas: BTreeMap::new(),
             flows: BTreeMap::new(),
         }
@@ -147,6 +152,9 @@ impl Config {
                 "store_timeout",
                 "must be above 0 and at most 1.9s (503 within 2 s)".into(),
             ));
+        }
+        if self.lease_duration < Duration::from_secs(1) {
+            return Err(invalid("lease_duration", "must be at least 1s".into()));
         }
         if self.max_connections == 0 {
             return Err(invalid("max_connections", "must be at least 1".into()));
@@ -203,6 +211,7 @@ impl fmt::Debug for Config {
             .field("migrate_on_start", &self.migrate_on_start)
             .field("store_timeout", &self.store_timeout)
             .field("max_connections", &self.max_connections)
+            .field("lease_duration", &self.lease_duration)
             .field("quotas", &self.quotas)
             .field("flows", &self.flows)
             .finish()

@@ -76,6 +76,7 @@ impl Application {
             admin_token: config.admin_token.clone(),
             default_ceiling: config.hourly_ceiling,
             store_timeout: config.store_timeout,
+            lease_duration: config.lease_duration,
         };
         let bootstrap = tokio::spawn(bootstrap(config, store.clone(), catalog.clone()));
         // Serve at once when the store is there; otherwise start not ready and

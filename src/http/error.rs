@@ -32,6 +32,8 @@ pub enum ApiError {
     AdminDisabled,
     #[error("no such resource")]
     NotFound,
+    #[error("{0}")]
+    Conflict(String),
     #[error("method not allowed on this resource")]
     MethodNotAllowed,
     #[error(transparent)]
@@ -83,6 +85,7 @@ impl ApiError {
                 "Admin API disabled",
             ),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             ApiError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method-not-allowed",

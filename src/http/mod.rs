@@ -1,12 +1,14 @@
 //! The HTTP surface (DESIGN §4): one router per module, merged here.
 
 mod admin;
+mod batch;
 mod dashboard;
 pub mod error;
 mod extract;
 mod feedback;
 mod ops;
 mod reserve;
+mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,6 +50,8 @@ pub struct AppState {
     pub admin_token: Option<Secret>,
     pub default_ceiling: i64,
     pub store_timeout: Duration,
+    /// How long a claimed work item is leased before it counts as pending again.
+    pub lease_duration: Duration,
 }
 
 #[derive(OpenApi)]
@@ -72,6 +76,8 @@ impl Modify for AdminToken {
 fn documented_routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(reserve::router())
+        .merge(batch::router())
+        .merge(work::router())
         .merge(admin::router())
         .merge(ops::router())
         .merge(dashboard::router())

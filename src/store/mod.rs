@@ -3,10 +3,14 @@
 mod admin;
 mod bootstrap;
 mod reserve;
+pub mod slots;
+pub mod work;
 
 pub use admin::{FlowChange, FlowRow, ObserveTally, QuotaRow, QuotaSettings, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
-pub use reserve::{AdaptedCadence, Lease, Refusal, ReleasedLease, SlotSpec};
+pub use reserve::{take_paced, AdaptedCadence, Lease, Refusal, ReleasedLease, SlotSpec};
+pub use slots::Take;
+pub use work::{NewWork, WorkItem};
 
 use sqlx::PgPool;
 

@@ -201,3 +201,34 @@ async fn reserve_once<'e>(
         lease: None,
     })
 }
+
+/// Takes up to `k` single slots of a cadence quota in the caller's
+/// transaction, each with its token, stopping at the first refusal.
+pub async fn take_paced(
+    tx: &mut sqlx::PgConnection,
+    quota: &QuotaRule,
+    k: i64,
+    ceiling: i64,
+) -> Result<super::Take, sqlx::Error> {
+    let spec = SlotSpec {
+        quota,
+        flow: "",
+        slots: 1,
+        ceiling,
+        spend_regardless: false,
+    };
+    let mut taken = 0;
+    let mut clock = None;
+    while taken < k {
+        let reservation = reserve_once(&mut *tx, &spec).await?;
+        clock = Some(reservation.clock);
+        if reservation.count_after.is_none() {
+            break;
+        }
+        taken += 1;
+    }
+    Ok(super::Take {
+        clock: clock.expect("at least one attempt"),
+        taken,
+    })
+}

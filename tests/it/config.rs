@@ -103,3 +103,22 @@ fn the_default_file_is_read_when_present() {
         Ok(())
     });
 }
+
+#[test]
+fn lease_duration_comes_from_the_environment_and_is_checked() {
+    Jail::expect_with(|jail| {
+        assert_eq!(
+            Config::load().unwrap().lease_duration,
+            Duration::from_secs(300)
+        );
+        jail.set_env("QUOTA_LEASE_DURATION", "30s");
+        assert_eq!(
+            Config::load().unwrap().lease_duration,
+            Duration::from_secs(30)
+        );
+        jail.set_env("QUOTA_LEASE_DURATION", "0s");
+        let error = Config::load().unwrap_err().to_string();
+        assert!(error.contains("lease_duration"), "{error}");
+        Ok(())
+    });
+}

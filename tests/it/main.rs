@@ -2,6 +2,7 @@
 //! test, a fresh database per test via `#[sqlx::test]`.
 
 mod admin;
+mod batch;
 mod cadence;
 mod config;
 mod dashboard;
@@ -12,3 +13,4 @@ mod outage;
 mod replicas;
 mod reserve;
 mod windows;
+mod work;

@@ -8,6 +8,11 @@ use crate::helpers::TestApp;
 
 #[sqlx::test]
 async fn every_documented_operation_is_served(pool: PgPool) {
+    // An item with id 1, so that GET /v1/work/{id} has something to answer.
+    sqlx::query("INSERT INTO work_item (flow, priority, payload) VALUES ('x', 2, '{}')")
+        .execute(&pool)
+        .await
+        .unwrap();
     let app = TestApp::spawn(pool).await;
     let served: serde_json::Value = app
         .client
@@ -24,6 +29,12 @@ async fn every_documented_operation_is_served(pool: PgPool) {
     let paths = spec["paths"].as_object().unwrap();
     for expected in [
         "/v1/reserve",
+        "/v1/reserve/batch",
+        "/v1/work",
+        "/v1/work/claim",
+        "/v1/work/{id}",
+        "/v1/work/{id}/done",
+        "/v1/work/{id}/release",
         "/v1/quotas",
         "/v1/quotas/{name}",
         "/v1/flows",
@@ -40,7 +51,11 @@ async fn every_documented_operation_is_served(pool: PgPool) {
     for (path, operations) in paths {
         for method in operations.as_object().unwrap().keys() {
             let method: Method = method.to_uppercase().parse().unwrap();
-            let url = format!("{}{}", app.base, path.replace("{name}", "x"));
+            let url = format!(
+                "{}{}",
+                app.base,
+                path.replace("{name}", "x").replace("{id}", "1")
+            );
             let status = app
                 .admin(method.clone(), &url[app.base.len()..])
                 .send()

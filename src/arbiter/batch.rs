@@ -1,0 +1,223 @@
+//! Batch reservations (stateless rationing): the items of one request are
+//! ordered by deadline ASC NULLS LAST, flow priority, input order; due items
+//! are bypassed without the reservation; each enforced quota then takes the
+//! slots it has left in ONE statement, shared out in that order.
+
+use std::collections::BTreeMap;
+
+use super::{Arbiter, StoreUnavailable};
+use crate::bypass::BypassDesk;
+use crate::catalog::{Mode, Rule};
+use crate::decision::{Decision, Outcome, SlotRequest};
+
+/// Most items one batch may carry.
+pub const MAX_BATCH_ITEMS: usize = 500;
+
+/// Where each item of a batch goes, indices into the request.
+#[derive(Default)]
+struct Sorted {
+    due: Vec<usize>,
+    unknown: Vec<usize>,
+    counted: Vec<(usize, Rule)>,
+    observed: BTreeMap<String, Vec<(usize, Rule)>>,
+    enforced: BTreeMap<String, Vec<(usize, Rule)>>,
+    /// Enforced items of quotas with limits beyond the hourly budget.
+    limited: Vec<(usize, Rule)>,
+}
+
+impl Arbiter {
+    /// One decision per request, in input order. Enforced quotas are decided
+    /// first, so that a 503 (an enforced quota out of reach) leaves nothing
+    /// else settled; slots already taken for another quota of the batch then
+    /// stay spent (over-count, never under-count).
+    pub async fn decide_batch(
+        &self,
+        bypass: &BypassDesk,
+        requests: &[SlotRequest],
+    ) -> Result<Vec<Decision>, StoreUnavailable> {
+        let sorted = self.sort_batch(bypass, requests)?;
+        let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
+        let mut settled = Vec::new();
+        for items in sorted.enforced.values() {
+            settled.extend(self.ration_enforced(requests, items).await?);
+        }
+        // Quotas with cadence, in-flight slots or headroom: item by item, in
+        // rationing order, through the single decision and all its limits.
+        for (i, rule) in sorted.limited {
+            let decision = self.enforce(with_rule(&rule), &rule, &requests[i]).await?;
+            settled.push((i, decision));
+        }
+        for i in sorted.due {
+            decisions[i] = Some(bypass.grant(&requests[i]));
+        }
+        for items in sorted.observed.values() {
+            settled.extend(self.observe_batch(requests, items).await);
+        }
+        for (i, rule) in sorted.counted {
+            let decision = self.count_after_the_fact(with_rule(&rule), &rule, requests[i].count);
+            settled.push((i, decision));
+        }
+        for (i, decision) in settled {
+            decisions[i] = Some(self.settle(decision, requests[i].deadline.is_some(), true));
+        }
+        for i in sorted.unknown {
+            let decision = Decision::new(Outcome::Unthrottled, &requests[i].flow);
+            decisions[i] = Some(self.settle(decision, requests[i].deadline.is_some(), false));
+        }
+        Ok(decisions
+            .into_iter()
+            .map(|d| d.expect("every item is decided"))
+            .collect())
+    }
+
+    fn sort_batch(
+        &self,
+        bypass: &BypassDesk,
+        requests: &[SlotRequest],
+    ) -> Result<Sorted, StoreUnavailable> {
+        let snapshot = self.catalog.snapshot();
+        let rules: Vec<Option<Rule>> = requests
+            .iter()
+            .map(|r| snapshot.as_ref().and_then(|s| s.rule(&r.flow)))
+            .collect();
+        let mut order: Vec<usize> = (0..requests.len()).collect();
+        order.sort_by_key(|&i| {
+            let deadline = requests[i].deadline;
+            let priority = rules[i].as_ref().map_or(i16::MAX, |r| r.flow.priority);
+            (deadline.is_none(), deadline, priority, i)
+        });
+        let mut sorted = Sorted::default();
+        for i in order {
+            if bypass.is_due(&requests[i]) {
+                sorted.due.push(i);
+                continue;
+            }
+            // Before the first catalog load an enforced flow cannot be told
+            // from an unknown one: fail closed, as /v1/reserve does.
+            if snapshot.is_none() {
+                return Err(StoreUnavailable("catalog not loaded yet".into()));
+            }
+            let Some(rule) = rules[i].clone() else {
+                sorted.unknown.push(i);
+                continue;
+            };
+            let quota = rule.quota.name.clone();
+            match rule.flow.mode {
+                Mode::Count => sorted.counted.push((i, rule)),
+                Mode::Observe => sorted.observed.entry(quota).or_default().push((i, rule)),
+                Mode::Enforce if rule.quota.has_limits_beyond_budget() => {
+                    sorted.limited.push((i, rule))
+                }
+                Mode::Enforce => sorted.enforced.entry(quota).or_default().push((i, rule)),
+            }
+        }
+        Ok(sorted)
+    }
+
+    /// Items of one enforced quota, in rationing order: one take-up-to-k
+    /// statement, then first fit, each item all or nothing for its count.
+    async fn ration_enforced(
+        &self,
+        requests: &[SlotRequest],
+        items: &[(usize, Rule)],
+    ) -> Result<Vec<(usize, Decision)>, StoreUnavailable> {
+        let quota = &items[0].1.quota;
+        if quota.hourly_ceiling < 1 {
+            // The guard runs before the upsert, as in the single decision.
+            let clock = self.bounded(self.store.read_clock(), "read_clock").await?;
+            return Ok(items
+                .iter()
+                .map(|(i, rule)| {
+                    let mut d = with_rule(rule).deferred_until(clock.window_end, clock.db_now);
+                    d.window_start = Some(clock.window_start);
+                    (*i, d)
+                })
+                .collect());
+        }
+        let wanted: i64 = items.iter().map(|(i, _)| requests[*i].count).sum();
+        let started = std::time::Instant::now();
+        let take = self
+            .bounded(
+                self.store
+                    .take_slots(&quota.name, wanted, quota.hourly_ceiling),
+                "take_slots",
+            )
+            .await?;
+        self.metrics
+            .observe_reserve(started.elapsed().as_secs_f64());
+        self.clock.observe(take.clock);
+        let mut left = take.taken;
+        let decisions = items
+            .iter()
+            .map(|(i, rule)| {
+                let count = requests[*i].count;
+                let mut decision = if count <= left {
+                    left -= count;
+                    with_rule(rule)
+                } else {
+                    with_rule(rule).deferred_until(take.clock.window_end, take.clock.db_now)
+                };
+                decision.window_start = Some(take.clock.window_start);
+                (*i, decision)
+            })
+            .collect();
+        if left > 0 {
+            self.give_back(&quota.name, take.clock.window_start, left)
+                .await;
+        }
+        Ok(decisions)
+    }
+
+    /// Slots taken that no item could use (1 left, the next item needs 2).
+    /// Failing to give them back leaves an over-count, never an under-count.
+    async fn give_back(&self, quota: &str, window_start: chrono::DateTime<chrono::Utc>, n: i64) {
+        let given = self.store.give_back_slots(quota, window_start, n);
+        if let Err(error) = self.bounded(given, "give_back_slots").await {
+            tracing::warn!(%error, quota, slots = n, "slots not given back; left as over-count");
+        }
+    }
+
+    /// Items of one observed quota: one statement spends all their slots;
+    /// each item says whether enforcement would have deferred it.
+    async fn observe_batch(
+        &self,
+        requests: &[SlotRequest],
+        items: &[(usize, Rule)],
+    ) -> Vec<(usize, Decision)> {
+        let rule = &items[0].1;
+        let total: i64 = items.iter().map(|(i, _)| requests[*i].count).sum();
+        let mut before = None;
+        let mut window_start = self.clock.window_start();
+        match self.reserve(rule, total, true).await {
+            Ok(reservation) => {
+                before = reservation.count_after.map(|after| after - total);
+                window_start = Some(reservation.clock.window_start);
+            }
+            Err(error) => {
+                tracing::warn!(%error, quota = %rule.quota.name, "observed batch without the store; counting after the fact");
+                self.ledger
+                    .spend_after_the_fact(&rule.quota.name, None, total);
+            }
+        }
+        items
+            .iter()
+            .map(|(i, rule)| {
+                let mut decision = with_rule(rule);
+                decision.window_start = window_start;
+                if let Some(count) = before.as_mut() {
+                    *count += requests[*i].count;
+                    decision.would_defer = *count > rule.quota.hourly_ceiling;
+                }
+                (*i, decision)
+            })
+            .collect()
+    }
+}
+
+/// A granted decision naming the flow's quota and mode.
+pub(super) fn with_rule(rule: &Rule) -> Decision {
+    let mut decision = Decision::new(Outcome::Granted, &rule.flow.name);
+    decision.quota = Some(rule.quota.name.clone());
+    decision.mode = Some(rule.flow.mode);
+    decision
+}

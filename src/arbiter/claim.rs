@@ -1,0 +1,390 @@
+//! Claims from the pending-work registry (global rationing across workers).
+//! One transaction per claim: due items are locked and leased as `bypassed`
+//! without a reservation; each enforced quota, in name order (so claims never
+//! deadlock on quota rows), first takes up to `max` slots, which holds its
+//! window row until commit, and only then locks that many of its most urgent
+//! items. Claims of one quota therefore follow the queue order exactly. The
+//! candidates of every lane are merged in rationing order, the best `max` are
+//! leased, and the slots no leased item needs are given back before commit:
+//! slots and claims commit together, and a rollback returns both. Items not
+//! leased are never written, so a deferred claim leaves the queue unchanged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::batch::with_rule;
+use super::{Arbiter, StoreUnavailable};
+use crate::bypass::BypassDesk;
+use crate::catalog::{Mode, QuotaRule, Snapshot};
+use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::store::slots::{give_back_slots, take_slots};
+use crate::store::take_paced;
+use crate::store::work::{busy_flows, lease, lock_candidates, Candidate, Lane};
+use crate::store::{Take, WorkItem};
+
+/// Most items one claim may lease.
+pub const MAX_CLAIM: i64 = 100;
+
+#[derive(Clone, Debug)]
+pub struct ClaimRequest {
+    pub worker: String,
+    /// Only these flows; `None`: every flow.
+    pub flows: Option<Vec<String>>,
+    pub max: i64,
+    pub lease: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimOutcome {
+    /// At least one item was leased.
+    Claimed,
+    /// Claimable work is waiting but none of it can be granted now: retry at `retry_at`.
+    Deferred,
+    /// Nothing claimable for these flows.
+    Empty,
+}
+
+/// A leased item and the decision that granted it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ClaimedItem {
+    pub item: WorkItem,
+    pub decision: Decision,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct Claim {
+    pub outcome: ClaimOutcome,
+    /// Leased items, most urgent first.
+    pub items: Vec<ClaimedItem>,
+    /// Deferred only: the earliest time something could be granted.
+    pub retry_at: Option<DateTime<Utc>>,
+    pub retry_after_seconds: Option<i64>,
+}
+
+/// The flows of the catalog the worker asked for, by how they spend a quota.
+struct Lanes {
+    enforced: BTreeMap<String, (QuotaRule, Vec<String>)>,
+    observed: BTreeMap<String, (QuotaRule, Vec<String>)>,
+    /// Every enforced or observed flow: the rest is never throttled.
+    throttled_flows: Vec<String>,
+}
+
+impl Lanes {
+    fn new(snapshot: &Snapshot, worker_flows: Option<&[String]>) -> Self {
+        let mut lanes = Lanes {
+            enforced: BTreeMap::new(),
+            observed: BTreeMap::new(),
+            throttled_flows: Vec::new(),
+        };
+        for flow in snapshot.flows() {
+            let Some(rule) = snapshot.rule(&flow.name) else {
+                continue;
+            };
+            let lane = match rule.flow.mode {
+                Mode::Enforce => &mut lanes.enforced,
+                Mode::Observe => &mut lanes.observed,
+                Mode::Count => continue,
+            };
+            lanes.throttled_flows.push(flow.name.clone());
+            if worker_flows.is_some_and(|wanted| !wanted.contains(&flow.name)) {
+                continue;
+            }
+            let entry = lane
+                .entry(rule.quota.name.clone())
+                .or_insert_with(|| (rule.quota.clone(), Vec::new()));
+            entry.1.push(flow.name.clone());
+        }
+        lanes
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Due,
+    /// Granted from the take at this index.
+    Enforced(usize),
+    Observed,
+    Unthrottled,
+}
+
+impl Kind {
+    fn outcome(self) -> Outcome {
+        match self {
+            Kind::Due => Outcome::Bypassed,
+            Kind::Enforced(_) | Kind::Observed => Outcome::Granted,
+            Kind::Unthrottled => Outcome::Unthrottled,
+        }
+    }
+}
+
+struct Leased {
+    items: Vec<(WorkItem, Kind)>,
+    takes: Vec<(String, Take)>,
+}
+
+impl Arbiter {
+    #[tracing::instrument(skip_all, fields(worker = %request.worker, max = request.max))]
+    pub async fn claim(
+        &self,
+        bypass: &BypassDesk,
+        request: &ClaimRequest,
+    ) -> Result<Claim, StoreUnavailable> {
+        // Without the catalog nobody can tell an enforced flow from an
+        // unknown one: fail closed.
+        let snapshot = self
+            .catalog
+            .snapshot()
+            .ok_or_else(|| StoreUnavailable("catalog not loaded yet".into()))?;
+        let lanes = Lanes::new(&snapshot, request.flows.as_deref());
+        let horizon = bypass.horizon().num_milliseconds() as f64 / 1000.0;
+        let leased = self
+            .bounded(
+                self.lease_in_one_transaction(&lanes, request, horizon),
+                "claim_work",
+            )
+            .await?;
+        if leased.items.is_empty() {
+            return self.nothing_claimed(request, horizon).await;
+        }
+        let mut items = Vec::with_capacity(leased.items.len());
+        let mut observed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (item, kind) in leased.items {
+            let rule = snapshot.rule(&item.flow);
+            let had_deadline = item.deadline.is_some();
+            let decision = match (kind, &rule) {
+                (Kind::Due, _) => bypass.grant(&SlotRequest {
+                    flow: item.flow.clone(),
+                    count: 1,
+                    deadline: item.deadline,
+                    reference: item.reference.clone(),
+                }),
+                (Kind::Enforced(take), Some(rule)) => {
+                    let mut decision = with_rule(rule);
+                    decision.window_start = Some(leased.takes[take].1.clock.window_start);
+                    self.settle(decision, had_deadline, true)
+                }
+                (Kind::Observed, Some(rule)) => {
+                    observed
+                        .entry(rule.quota.name.clone())
+                        .or_default()
+                        .push(items.len());
+                    with_rule(rule) // settled below, once its slot is spent
+                }
+                (_, Some(rule)) if rule.flow.mode == Mode::Count => {
+                    let decision = self.count_after_the_fact(with_rule(rule), rule, 1);
+                    self.settle(decision, had_deadline, true)
+                }
+                _ => self.settle(
+                    Decision::new(Outcome::Unthrottled, &item.flow),
+                    had_deadline,
+                    false,
+                ),
+            };
+            items.push(ClaimedItem { item, decision });
+        }
+        for (quota, indices) in observed {
+            self.spend_observed(&snapshot, &quota, &mut items, &indices)
+                .await;
+        }
+        Ok(Claim {
+            outcome: ClaimOutcome::Claimed,
+            items,
+            retry_at: None,
+            retry_after_seconds: None,
+        })
+    }
+
+    async fn lease_in_one_transaction(
+        &self,
+        lanes: &Lanes,
+        request: &ClaimRequest,
+        horizon_seconds: f64,
+    ) -> Result<Leased, sqlx::Error> {
+        let mut tx = self.store.pool().begin().await?;
+        let lane = |flows, listed, due| Lane {
+            flows,
+            listed,
+            worker_flows: request.flows.as_deref(),
+            horizon_seconds,
+            due,
+        };
+        let mut chosen: Vec<(Candidate, Kind)> =
+            lock_candidates(&mut tx, &lane(&[], false, true), request.max)
+                .await?
+                .into_iter()
+                .map(|c| (c, Kind::Due))
+                .collect();
+        let remaining = request.max - chosen.len() as i64;
+        let mut takes = Vec::new();
+        let mut waiting: Vec<(Candidate, Kind)> = Vec::new();
+        if remaining > 0 {
+            // Only quotas with work to claim are worth a take (and a row lock).
+            let enforced: Vec<String> = lanes
+                .enforced
+                .values()
+                .flat_map(|(_, f)| f.clone())
+                .collect();
+            let busy = busy_flows(&mut tx, &enforced, horizon_seconds).await?;
+            for (name, (quota, flows)) in &lanes.enforced {
+                if quota.hourly_ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
+                    // The guard: a ceiling below 1 grants nothing.
+                    continue;
+                }
+                // Headroom: the strictest share among the lane's flows, so no
+                // flow's items go past its part of the window.
+                let ceiling = flows
+                    .iter()
+                    .filter_map(|f| snapshot_priority(&self.catalog, f))
+                    .map(|p| quota.ceiling_for(p))
+                    .min()
+                    .unwrap_or(quota.hourly_ceiling);
+                if ceiling < 1 {
+                    continue;
+                }
+                let take = match quota.cadence {
+                    None => take_slots(&mut *tx, name, remaining, ceiling).await?,
+                    // Cadence tokens and budget slots together, one at a time.
+                    Some(_) => take_paced(&mut tx, quota, remaining, ceiling).await?,
+                };
+                let lane = lane(flows, true, false);
+                let kind = Kind::Enforced(takes.len());
+                takes.push((name.clone(), take));
+                let found = lock_candidates(&mut tx, &lane, take.taken).await?;
+                waiting.extend(found.into_iter().map(|c| (c, kind)));
+            }
+            for (_, flows) in lanes.observed.values() {
+                let lane = lane(flows, true, false);
+                let found = lock_candidates(&mut tx, &lane, remaining).await?;
+                waiting.extend(found.into_iter().map(|c| (c, Kind::Observed)));
+            }
+            let lane = lane(&lanes.throttled_flows, false, false);
+            let found = lock_candidates(&mut tx, &lane, remaining).await?;
+            waiting.extend(found.into_iter().map(|c| (c, Kind::Unthrottled)));
+        }
+        waiting.sort_by_key(|(c, _)| c.rank());
+        waiting.truncate(remaining.max(0) as usize);
+        for (index, (quota, take)) in takes.iter().enumerate() {
+            let used = waiting
+                .iter()
+                .filter(|(_, k)| matches!(k, Kind::Enforced(i) if *i == index))
+                .count() as i64;
+            if take.taken > used {
+                give_back_slots(&mut *tx, quota, take.clock.window_start, take.taken - used)
+                    .await?;
+            }
+        }
+        chosen.extend(waiting);
+        if chosen.is_empty() {
+            tx.commit().await?;
+            return Ok(Leased {
+                items: Vec::new(),
+                takes,
+            });
+        }
+        let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
+        let outcomes: Vec<String> = chosen
+            .iter()
+            .map(|(_, k)| k.outcome().as_str().to_string())
+            .collect();
+        let mut leased: HashMap<i64, WorkItem> = lease(
+            &mut *tx,
+            &ids,
+            &outcomes,
+            &request.worker,
+            request.lease.as_secs_f64(),
+        )
+        .await?
+        .into_iter()
+        .map(|item| (item.id, item))
+        .collect();
+        tx.commit().await?;
+        let items = chosen
+            .into_iter()
+            .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
+            .collect();
+        Ok(Leased { items, takes })
+    }
+
+    /// Observed items are granted regardless; their quota's slots are spent
+    /// after the claim commits, in one statement per quota, and each item
+    /// says whether enforcement would have deferred it.
+    async fn spend_observed(
+        &self,
+        snapshot: &Snapshot,
+        quota: &str,
+        items: &mut [ClaimedItem],
+        indices: &[usize],
+    ) {
+        let Some(rule) = snapshot.rule(&items[indices[0]].item.flow) else {
+            return;
+        };
+        let total = indices.len() as i64;
+        let mut count = None;
+        match self.reserve(&rule, total, true).await {
+            Ok(reservation) => {
+                count = reservation.count_after.map(|after| after - total);
+                for &i in indices {
+                    items[i].decision.window_start = Some(reservation.clock.window_start);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, quota, "observed claim without the store; counting after the fact");
+                self.ledger.spend_after_the_fact(quota, None, total);
+            }
+        }
+        for &i in indices {
+            let decision = &mut items[i].decision;
+            if let Some(count) = count.as_mut() {
+                *count += 1;
+                decision.would_defer = *count > rule.quota.hourly_ceiling;
+            }
+            let had_deadline = items[i].item.deadline.is_some();
+            let decision = &mut items[i].decision;
+            *decision = self.settle(decision.clone(), had_deadline, true);
+        }
+    }
+
+    /// Deferred (work is waiting: retry at the next window, or when an item
+    /// enters the bypass horizon) or empty.
+    async fn nothing_claimed(
+        &self,
+        request: &ClaimRequest,
+        horizon_seconds: f64,
+    ) -> Result<Claim, StoreUnavailable> {
+        let backlog = self
+            .bounded(
+                self.store
+                    .backlog(request.flows.as_deref(), horizon_seconds),
+                "work_backlog",
+            )
+            .await?;
+        if backlog.claimable == 0 {
+            return Ok(Claim {
+                outcome: ClaimOutcome::Empty,
+                items: Vec::new(),
+                retry_at: None,
+                retry_after_seconds: None,
+            });
+        }
+        let waited =
+            Decision::new(Outcome::Deferred, "").deferred_until(backlog.retry_at, backlog.db_now);
+        Ok(Claim {
+            outcome: ClaimOutcome::Deferred,
+            items: Vec::new(),
+            retry_at: waited.retry_at,
+            retry_after_seconds: waited.retry_after_seconds,
+        })
+    }
+}
+
+fn snapshot_priority(catalog: &crate::catalog::Catalog, flow: &str) -> Option<i16> {
+    catalog
+        .snapshot()?
+        .rule(flow)
+        .map(|rule| rule.flow.priority)
+}

@@ -1,0 +1,27 @@
+//! The registry's plain operations, within the decision's time budget: the
+//! registry lives in the store, so a store out of reach is a 503 here.
+
+use super::{Arbiter, StoreUnavailable};
+use crate::store::{NewWork, WorkItem};
+
+impl Arbiter {
+    /// `(item, created)`; a ref seen before returns the existing item.
+    pub async fn enqueue(&self, work: &NewWork) -> Result<(WorkItem, bool), StoreUnavailable> {
+        self.bounded(self.store.enqueue(work), "enqueue_work").await
+    }
+
+    pub async fn work_item(&self, id: i64) -> Result<Option<WorkItem>, StoreUnavailable> {
+        self.bounded(self.store.work_item(id), "get_work").await
+    }
+
+    /// Done (`emitted`) or released; `None` when `worker` holds no claim on it.
+    pub async fn finish_work(
+        &self,
+        id: i64,
+        worker: &str,
+        emitted: bool,
+    ) -> Result<Option<WorkItem>, StoreUnavailable> {
+        let finished = self.store.finish_work(id, worker, emitted);
+        self.bounded(finished, "finish_work").await
+    }
+}

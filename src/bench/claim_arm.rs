@@ -1,0 +1,106 @@
+//! The claim path of the pending-work registry: enqueue N items over HTTP,
+//! then `concurrency` workers claim them one at a time until the queue is
+//! drained (or the arm's duration is up). Claims per second count leased
+//! items only; the claims that found nothing end the worker's run.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{percentile_ms, ArmResult};
+use crate::arbiter::{Claim, ClaimOutcome};
+
+pub(super) async fn run(
+    client: &reqwest::Client,
+    base: &str,
+    flow: &str,
+    items: usize,
+    concurrency: usize,
+    duration: Duration,
+) -> anyhow::Result<Vec<ArmResult>> {
+    let enqueue = timed(concurrency, items, {
+        let (client, url, flow) = (client.clone(), format!("{base}/v1/work"), flow.to_string());
+        move |n| {
+            let (client, url, flow) = (client.clone(), url.clone(), flow.clone());
+            async move {
+                let body = json!({"flow": flow, "payload": {"n": n}, "ref": format!("{flow}-{n}")});
+                client
+                    .post(&url)
+                    .json(&body)
+                    .send()
+                    .await?
+                    .error_for_status()?;
+                anyhow::Ok(true)
+            }
+        }
+    });
+    let mut arms = vec![arm("HTTP POST /v1/work (enqueue)", enqueue.await?)];
+    let until = Instant::now() + duration;
+    let claims = timed(concurrency, usize::MAX, {
+        let (client, url) = (client.clone(), format!("{base}/v1/work/claim"));
+        move |n| {
+            let (client, url) = (client.clone(), url.clone());
+            async move {
+                if Instant::now() >= until {
+                    return Ok(false);
+                }
+                let body = json!({"worker": format!("bench-{}", n % 1024), "max": 1});
+                let response = client.post(&url).json(&body).send().await?;
+                let claim: Claim = response.error_for_status()?.json().await?;
+                Ok(claim.outcome == ClaimOutcome::Claimed)
+            }
+        }
+    });
+    arms.push(arm("HTTP POST /v1/work/claim (max 1)", claims.await?));
+    Ok(arms)
+}
+
+fn arm(name: &str, (per_second, latencies): (f64, Vec<Duration>)) -> ArmResult {
+    ArmResult {
+        name: name.to_string(),
+        per_second,
+        p50_ms: percentile_ms(&latencies, 0.50),
+        p99_ms: percentile_ms(&latencies, 0.99),
+    }
+}
+
+/// Calls `call(n)` for n = 0.. from `concurrency` tasks until `total` calls
+/// or a call answers `false`; rate and sorted latencies of the `true` calls.
+async fn timed<F, Fut>(
+    concurrency: usize,
+    total: usize,
+    call: F,
+) -> anyhow::Result<(f64, Vec<Duration>)>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<bool>> + Send,
+{
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (call, next) = (call.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if n >= total {
+                        return anyhow::Ok(latencies);
+                    }
+                    let t = Instant::now();
+                    if !call(n).await? {
+                        return Ok(latencies);
+                    }
+                    latencies.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    Ok((latencies.len() as f64 / elapsed, latencies))
+}

@@ -1,0 +1,206 @@
+//! The pending-work registry: enqueue, claim (a lease), done, release.
+//! Workers are not admins: like `/v1/reserve`, these need no token.
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::error::{ApiError, Problem};
+use super::extract::ApiJson;
+use super::AppState;
+use crate::arbiter::{Claim, ClaimRequest, MAX_CLAIM};
+use crate::catalog::validate_name;
+use crate::decision::MAX_REF_LEN;
+use crate::store::{NewWork, WorkItem};
+
+/// Largest payload, serialized: a reference to the work, not the work itself.
+pub const MAX_PAYLOAD_BYTES: usize = 8 * 1024;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(enqueue))
+        .routes(routes!(claim))
+        .routes(routes!(get_item))
+        .routes(routes!(done))
+        .routes(routes!(release))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueBody {
+    #[schema(example = "invoice", max_length = 128)]
+    pub flow: String,
+    pub deadline: Option<DateTime<Utc>>,
+    /// 1 (most important) to 9; default: the flow's priority.
+    #[schema(minimum = 1, maximum = 9)]
+    pub priority: Option<i16>,
+    /// What the worker needs to do the work (at most 8 KiB of JSON).
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// Idempotency key: the same ref is the same item.
+    #[serde(rename = "ref")]
+    #[schema(max_length = 256)]
+    pub reference: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimBody {
+    #[schema(example = "w-3", max_length = 128)]
+    pub worker: String,
+    /// Only these flows (default: every flow).
+    pub flows: Option<Vec<String>>,
+    /// Most items to lease (default 1, at most 100).
+    #[schema(minimum = 1, maximum = 100)]
+    pub max: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseBody {
+    /// The worker that holds the claim.
+    pub worker: String,
+}
+
+fn invalid(what: &str) -> impl Fn(String) -> ApiError + '_ {
+    move |why| ApiError::Invalid(format!("{what} {why}"))
+}
+
+/// Enqueue work. 201 for a new item; 200 with the existing item for a `ref` seen before.
+#[utoipa::path(post, path = "/v1/work", tag = "work", request_body = EnqueueBody,
+    responses((status = 201, body = WorkItem), (status = 200, description = "Same ref: the existing item", body = WorkItem),
+        (status = 422, body = Problem), (status = 503, body = Problem)))]
+pub async fn enqueue(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<EnqueueBody>,
+) -> Result<(StatusCode, Json<WorkItem>), ApiError> {
+    validate_name(&body.flow).map_err(invalid("`flow`"))?;
+    if body.priority.is_some_and(|p| !(1..=9).contains(&p)) {
+        return Err(ApiError::Invalid(
+            "`priority` must be between 1 and 9".into(),
+        ));
+    }
+    if let Some(r) = &body.reference {
+        if r.is_empty() || r.len() > MAX_REF_LEN {
+            return Err(ApiError::Invalid(format!(
+                "`ref` must be 1 to {MAX_REF_LEN} characters"
+            )));
+        }
+    }
+    if body.payload.to_string().len() > MAX_PAYLOAD_BYTES {
+        return Err(ApiError::Invalid(format!(
+            "`payload` must be at most {MAX_PAYLOAD_BYTES} bytes"
+        )));
+    }
+    let work = NewWork {
+        flow: body.flow,
+        reference: body.reference,
+        deadline: body.deadline,
+        priority: body.priority,
+        payload: body.payload,
+    };
+    let (item, created) = state.arbiter.enqueue(&work).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(item)))
+}
+
+/// Lease the most urgent items whose slot can be had now. Nothing grantable is
+/// `deferred` (with `retry_at` and `Retry-After`), never an error.
+#[utoipa::path(post, path = "/v1/work/claim", tag = "work", request_body = ClaimBody,
+    responses((status = 200, body = Claim,
+        headers(("Retry-After" = u64, description = "On deferral: seconds until retry_at, rounded up"))),
+        (status = 422, body = Problem), (status = 503, body = Problem)))]
+pub async fn claim(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ClaimBody>,
+) -> Result<(HeaderMap, Json<Claim>), ApiError> {
+    validate_name(&body.worker).map_err(invalid("`worker`"))?;
+    for flow in body.flows.iter().flatten() {
+        validate_name(flow).map_err(invalid("`flows` entry"))?;
+    }
+    let max = body.max.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&max) {
+        return Err(ApiError::Invalid(format!(
+            "`max` must be between 1 and {MAX_CLAIM}"
+        )));
+    }
+    let request = ClaimRequest {
+        worker: body.worker,
+        flows: body.flows,
+        max,
+        lease: state.lease_duration,
+    };
+    let claim = state.arbiter.claim(&state.bypass, &request).await?;
+    let mut headers = HeaderMap::new();
+    if let Some(seconds) = claim.retry_after_seconds {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    Ok((headers, Json(claim)))
+}
+
+/// One work item.
+#[utoipa::path(get, path = "/v1/work/{id}", tag = "work",
+    params(("id" = i64, Path, description = "Work item id")),
+    responses((status = 200, body = WorkItem), (status = 404, body = Problem)))]
+pub async fn get_item(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<WorkItem>, ApiError> {
+    state
+        .arbiter
+        .work_item(id)
+        .await?
+        .map(Json)
+        .ok_or(ApiError::NotFound)
+}
+
+/// The leased item was emitted.
+#[utoipa::path(post, path = "/v1/work/{id}/done", tag = "work", request_body = LeaseBody,
+    params(("id" = i64, Path, description = "Work item id")),
+    responses((status = 200, body = WorkItem), (status = 404, body = Problem),
+        (status = 409, description = "The worker does not hold this item's claim", body = Problem)))]
+pub async fn done(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    ApiJson(body): ApiJson<LeaseBody>,
+) -> Result<Json<WorkItem>, ApiError> {
+    finish(&state, id, &body.worker, true).await
+}
+
+/// Give the leased item back to pending (not emitted); its slot stays spent.
+#[utoipa::path(post, path = "/v1/work/{id}/release", tag = "work", request_body = LeaseBody,
+    params(("id" = i64, Path, description = "Work item id")),
+    responses((status = 200, body = WorkItem), (status = 404, body = Problem),
+        (status = 409, description = "The worker does not hold this item's claim", body = Problem)))]
+pub async fn release(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    ApiJson(body): ApiJson<LeaseBody>,
+) -> Result<Json<WorkItem>, ApiError> {
+    finish(&state, id, &body.worker, false).await
+}
+
+async fn finish(
+    state: &AppState,
+    id: i64,
+    worker: &str,
+    emitted: bool,
+) -> Result<Json<WorkItem>, ApiError> {
+    if let Some(item) = state.arbiter.finish_work(id, worker, emitted).await? {
+        return Ok(Json(item));
+    }
+    match state.arbiter.work_item(id).await? {
+        None => Err(ApiError::NotFound),
+        Some(_) => Err(ApiError::Conflict(format!(
+            "worker `{worker}` does not hold the claim of work item {id}"
+        ))),
+    }
+}

@@ -1,0 +1,214 @@
+//! The pending-work registry: items, their leases, and the claim's building
+//! blocks (run inside the claim's transaction).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::{PgConnection, PgExecutor};
+use utoipa::ToSchema;
+
+use super::Store;
+
+/// A work item as stored. A claimed item whose `lease_until` has passed is
+/// pending again for the next claim.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WorkItem {
+    pub id: i64,
+    pub flow: String,
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
+    pub deadline: Option<DateTime<Utc>>,
+    /// 1 is the most important; the flow's priority unless the item named one.
+    pub priority: i16,
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// `pending`, `claimed` or `done`.
+    pub state: String,
+    /// How the last claim was decided: `granted`, `bypassed` or `unthrottled`.
+    pub outcome: Option<String>,
+    pub attempts: i32,
+    pub claimed_by: Option<String>,
+    pub enqueued_at: DateTime<Utc>,
+    pub claimed_at: Option<DateTime<Utc>>,
+    pub lease_until: Option<DateTime<Utc>>,
+    pub done_at: Option<DateTime<Utc>>,
+}
+
+/// What to enqueue.
+#[derive(Clone, Debug)]
+pub struct NewWork {
+    pub flow: String,
+    pub reference: Option<String>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub priority: Option<i16>,
+    pub payload: serde_json::Value,
+}
+
+/// A locked, claimable item, before the claim decides about it.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub id: i64,
+    pub flow: String,
+    pub deadline: Option<DateTime<Utc>>,
+    pub priority: i16,
+    pub reference: Option<String>,
+}
+
+impl Candidate {
+    /// Rationing order: deadline ASC NULLS LAST, priority, first come first served.
+    pub fn rank(&self) -> (bool, Option<DateTime<Utc>>, i16, i64) {
+        (
+            self.deadline.is_none(),
+            self.deadline,
+            self.priority,
+            self.id,
+        )
+    }
+}
+
+/// Which claimable items one candidate query looks at.
+pub struct Lane<'a> {
+    /// Flows in this list, or (with `listed` false) every flow not in it.
+    pub flows: &'a [String],
+    pub listed: bool,
+    /// The worker's flows; `None`: all.
+    pub worker_flows: Option<&'a [String]>,
+    pub horizon_seconds: f64,
+    /// Items inside the bypass horizon, or (false) outside it.
+    pub due: bool,
+}
+
+/// Leftover after a claim that got nothing.
+pub struct Backlog {
+    pub db_now: DateTime<Utc>,
+    pub claimable: i64,
+    pub retry_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// Enqueues; `(item, created)`. A ref seen before returns its item.
+    pub async fn enqueue(&self, work: &NewWork) -> Result<(WorkItem, bool), sqlx::Error> {
+        // A concurrent enqueue of the same ref commits after this statement's
+        // snapshot: the insert then does nothing and the item is not visible
+        // yet. The next statement sees it.
+        for _ in 0..3 {
+            let row = sqlx::query_file!(
+                "sql/work_enqueue.sql",
+                work.flow,
+                work.reference,
+                work.deadline,
+                work.priority,
+                work.payload
+            )
+            .fetch_optional(self.pool())
+            .await?;
+            if let Some(r) = row {
+                let item = WorkItem {
+                    id: r.id,
+                    flow: r.flow,
+                    reference: r.reference,
+                    deadline: r.deadline,
+                    priority: r.priority,
+                    payload: r.payload,
+                    state: r.state,
+                    outcome: r.outcome,
+                    attempts: r.attempts,
+                    claimed_by: r.claimed_by,
+                    enqueued_at: r.enqueued_at,
+                    claimed_at: r.claimed_at,
+                    lease_until: r.lease_until,
+                    done_at: r.done_at,
+                };
+                return Ok((item, r.created));
+            }
+        }
+        Err(sqlx::Error::RowNotFound)
+    }
+
+    pub async fn work_item(&self, id: i64) -> Result<Option<WorkItem>, sqlx::Error> {
+        sqlx::query_file_as!(WorkItem, "sql/work_get.sql", id)
+            .fetch_optional(self.pool())
+            .await
+    }
+
+    /// Marks the item emitted (`emitted`) or releases it back to pending;
+    /// `None` when `worker` does not hold its claim.
+    pub async fn finish_work(
+        &self,
+        id: i64,
+        worker: &str,
+        emitted: bool,
+    ) -> Result<Option<WorkItem>, sqlx::Error> {
+        sqlx::query_file_as!(WorkItem, "sql/work_finish.sql", id, worker, emitted)
+            .fetch_optional(self.pool())
+            .await
+    }
+
+    pub async fn backlog(
+        &self,
+        worker_flows: Option<&[String]>,
+        horizon_seconds: f64,
+    ) -> Result<Backlog, sqlx::Error> {
+        let row = sqlx::query_file!("sql/work_retry.sql", worker_flows, horizon_seconds)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(Backlog {
+            db_now: row.db_now,
+            claimable: row.claimable,
+            retry_at: row.retry_at,
+        })
+    }
+}
+
+/// Locks up to `limit` claimable items of `lane`, most urgent first.
+pub async fn lock_candidates(
+    db: &mut PgConnection,
+    lane: &Lane<'_>,
+    limit: i64,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    if limit < 1 {
+        return Ok(Vec::new());
+    }
+    sqlx::query_file_as!(
+        Candidate,
+        "sql/work_candidates.sql",
+        lane.flows,
+        lane.listed,
+        lane.worker_flows,
+        lane.horizon_seconds,
+        lane.due,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// The flows among `flows` with claimable work outside the bypass horizon.
+pub async fn busy_flows(
+    db: &mut PgConnection,
+    flows: &[String],
+    horizon_seconds: f64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_file_scalar!("sql/work_busy_flows.sql", flows, horizon_seconds)
+        .fetch_all(db)
+        .await
+}
+
+/// Leases the locked items `ids` to `worker`, each with its outcome.
+pub async fn lease<'e>(
+    db: impl PgExecutor<'e>,
+    ids: &[i64],
+    outcomes: &[String],
+    worker: &str,
+    lease_seconds: f64,
+) -> Result<Vec<WorkItem>, sqlx::Error> {
+    sqlx::query_file_as!(
+        WorkItem,
+        "sql/work_claim.sql",
+        ids,
+        worker,
+        lease_seconds,
+        outcomes
+    )
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,372 @@
+//! The pending-work registry: enqueue, claim (global rationing), leases.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use quota_arbiter::arbiter::{Claim, ClaimOutcome};
+use quota_arbiter::store::WorkItem;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{create_flow, current_count, pin_clock, TestApp};
+
+async fn post(app: &TestApp, path: &str, body: Value) -> reqwest::Response {
+    app.client
+        .post(format!("{}{path}", app.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn claim(app: &TestApp, body: Value) -> Claim {
+    let response = post(app, "/v1/work/claim", body).await;
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+async fn enqueue(app: &TestApp, body: Value) -> (u16, WorkItem) {
+    let response = post(app, "/v1/work", body).await;
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// Every column of every item, in id order: what "unchanged" means.
+async fn queue_dump(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar("SELECT row_to_json(w)::text FROM work_item w ORDER BY id")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+async fn db_now(pool: &PgPool) -> DateTime<Utc> {
+    sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn enqueue_is_idempotent_by_ref_and_validated(pool: PgPool) {
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    sqlx::query("UPDATE flow SET priority = 1 WHERE name = 'invoice'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    let body = json!({"flow": "invoice", "ref": "inv-1", "payload": {"invoice": 1}});
+    let (status, first) = enqueue(&app, body.clone()).await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        (first.state.as_str(), first.priority),
+        ("pending", 1),
+        "the flow's priority"
+    );
+    let (status, again) = enqueue(&app, body).await;
+    assert_eq!((status, again.id), (200, first.id), "same ref, same item");
+    let big = "x".repeat(9000);
+    for bad in [
+        json!({"flow": "invoice"}),
+        json!({"flow": "", "payload": {}}),
+        json!({"flow": "invoice", "payload": {}, "priority": 0}),
+        json!({"flow": "invoice", "payload": {"blob": big}}),
+        json!({"flow": "invoice", "payload": {}, "extra": true}),
+    ] {
+        assert_eq!(post(&app, "/v1/work", bad).await.status(), 422);
+    }
+    assert_eq!(
+        claim(&app, json!({"worker": "w-1", "flows": ["other"]}))
+            .await
+            .outcome,
+        ClaimOutcome::Empty
+    );
+}
+
+#[sqlx::test]
+async fn concurrent_claimers_ration_by_deadline_without_double_claims(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "qa", 100, "fa", "enforce").await;
+    create_flow(&pool, "qb", 300, "fb", "enforce").await;
+    // 500 items per flow, deadlines scattered over the next days (outside the
+    // bypass horizon), every tenth without a deadline, priorities 1 to 3.
+    sqlx::query(
+        "INSERT INTO work_item (flow, deadline, priority, payload)
+         SELECT CASE WHEN i % 2 = 0 THEN 'fa' ELSE 'fb' END,
+                CASE WHEN i % 10 = 3 THEN NULL
+                     ELSE arbiter_now() + make_interval(mins => 60 + (i * 7919) % 600) END,
+                1 + i % 3, jsonb_build_object('i', i)
+         FROM generate_series(1, 1000) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let claimers: Vec<_> = (0..8)
+        .map(|w| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                loop {
+                    let claim =
+                        claim(&app, json!({"worker": format!("w-{w}"), "max": 1 + w % 4})).await;
+                    if claim.outcome != ClaimOutcome::Claimed {
+                        return (got, claim);
+                    }
+                    got.extend(claim.items);
+                }
+            })
+        })
+        .collect();
+    let mut granted = Vec::new();
+    for claimer in claimers {
+        let (got, last) = claimer.await.unwrap();
+        assert_eq!(
+            last.outcome,
+            ClaimOutcome::Deferred,
+            "work is left, none grantable"
+        );
+        assert!(last.retry_at.is_some() && last.retry_after_seconds.is_some());
+        granted.extend(got);
+    }
+    let ids: HashSet<i64> = granted.iter().map(|c| c.item.id).collect();
+    assert_eq!(ids.len(), granted.len(), "no item claimed twice");
+    let mut by_flow: HashMap<String, Vec<i64>> = HashMap::new();
+    for c in &granted {
+        assert_eq!(
+            c.decision.outcome,
+            quota_arbiter::decision::Outcome::Granted
+        );
+        by_flow
+            .entry(c.item.flow.clone())
+            .or_default()
+            .push(c.item.id);
+    }
+    assert_eq!(current_count(&pool, "qa").await, 100, "qa full, not over");
+    assert_eq!(
+        current_count(&pool, "qb").await,
+        300,
+        "qa full did not starve qb"
+    );
+    for (flow, ceiling) in [("fa", 100), ("fb", 300)] {
+        let ideal: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM work_item WHERE flow = $1
+             ORDER BY deadline ASC NULLS LAST, priority, id LIMIT $2",
+        )
+        .bind(flow)
+        .bind(ceiling)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let mut got = by_flow.remove(flow).unwrap_or_default();
+        got.sort_unstable();
+        let mut ideal_sorted = ideal.clone();
+        ideal_sorted.sort_unstable();
+        assert_eq!(got, ideal_sorted, "{flow}: the earliest deadlines, exactly");
+    }
+    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM work_item WHERE state = 'claimed'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(claimed, 400);
+}
+
+#[sqlx::test]
+async fn a_dead_workers_item_returns_after_its_lease_and_its_slot_stays_spent(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let (_, item) = enqueue(&app, json!({"flow": "invoice", "payload": {"n": 1}})).await;
+    let first = claim(&app, json!({"worker": "w-1"})).await;
+    assert_eq!(first.items[0].item.id, item.id);
+    assert_eq!(first.items[0].item.claimed_by.as_deref(), Some("w-1"));
+    // w-1 dies. Before its lease runs out nobody else gets the item.
+    assert_eq!(
+        claim(&app, json!({"worker": "w-2"})).await.outcome,
+        ClaimOutcome::Empty
+    );
+    sqlx::query("UPDATE work_item SET lease_until = arbiter_now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let second = claim(&app, json!({"worker": "w-2"})).await;
+    assert_eq!(second.outcome, ClaimOutcome::Claimed);
+    let again = &second.items[0].item;
+    assert_eq!((again.id, again.attempts), (item.id, 2));
+    assert_eq!(again.claimed_by.as_deref(), Some("w-2"));
+    assert_eq!(
+        current_count(&pool, "ppf").await,
+        2,
+        "the burned slot is still counted"
+    );
+    // w-1 comes back too late: the claim is w-2's.
+    let late = post(
+        &app,
+        &format!("/v1/work/{}/done", item.id),
+        json!({"worker": "w-1"}),
+    )
+    .await;
+    assert_eq!(late.status(), 409);
+    let done = post(
+        &app,
+        &format!("/v1/work/{}/done", item.id),
+        json!({"worker": "w-2"}),
+    )
+    .await;
+    assert_eq!(done.status(), 200);
+    let done: WorkItem = done.json().await.unwrap();
+    assert_eq!(done.state, "done");
+    assert!(done.done_at.is_some() && done.lease_until.is_none());
+    assert_eq!(
+        claim(&app, json!({"worker": "w-3"})).await.outcome,
+        ClaimOutcome::Empty
+    );
+}
+
+#[sqlx::test]
+async fn a_released_item_is_pending_again_and_keeps_its_slot_spent(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let (_, item) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    claim(&app, json!({"worker": "w-1"})).await;
+    let path = format!("/v1/work/{}/release", item.id);
+    assert_eq!(
+        post(&app, &path, json!({"worker": "w-9"})).await.status(),
+        409
+    );
+    let released: WorkItem = post(&app, &path, json!({"worker": "w-1"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(released.state, "pending");
+    assert_eq!(
+        current_count(&pool, "ppf").await,
+        1,
+        "over-count, never under-count"
+    );
+    let again = claim(&app, json!({"worker": "w-2"})).await;
+    assert_eq!(again.items[0].item.id, item.id);
+    assert_eq!(
+        post(&app, "/v1/work/999999/done", json!({"worker": "w-2"}))
+            .await
+            .status(),
+        404
+    );
+}
+
+#[sqlx::test]
+async fn a_deferred_claim_leaves_the_queue_byte_for_byte_unchanged(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let now = db_now(&pool).await;
+    for i in 0..5 {
+        let deadline = now + Duration::hours(2 + i);
+        enqueue(
+            &app,
+            json!({"flow": "invoice", "deadline": deadline, "payload": {"i": i}}),
+        )
+        .await;
+    }
+    let granted = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    assert_eq!(granted.items.len(), 2, "the ceiling");
+    let before = queue_dump(&pool).await;
+    let response = post(&app, "/v1/work/claim", json!({"worker": "w-2", "max": 3})).await;
+    let retry_after: i64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let deferred: Claim = response.json().await.unwrap();
+    assert_eq!(deferred.outcome, ClaimOutcome::Deferred);
+    assert!(deferred.items.is_empty());
+    let window_end: DateTime<Utc> = sqlx::query_scalar("SELECT window_end_of(arbiter_now())")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(deferred.retry_at, Some(window_end), "the next window");
+    assert!((2900..=3000).contains(&retry_after), "{retry_after}");
+    assert_eq!(queue_dump(&pool).await, before, "nothing written");
+    assert_eq!(current_count(&pool, "ppf").await, 2);
+}
+
+#[sqlx::test]
+async fn due_items_are_claimed_as_bypassed_from_a_closed_quota(pool: PgPool) {
+    create_flow(&pool, "closed", 0, "invoice", "enforce").await;
+    create_flow(&pool, "ppf", 1, "report", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let now = db_now(&pool).await;
+    enqueue(&app, json!({"flow": "invoice", "payload": {}, "ref": "later", "deadline": now + Duration::hours(3)})).await;
+    enqueue(&app, json!({"flow": "invoice", "payload": {}, "ref": "soon", "deadline": now + Duration::minutes(5)})).await;
+    enqueue(
+        &app,
+        json!({"flow": "mystery", "payload": {}, "ref": "unknown"}),
+    )
+    .await;
+    enqueue(&app, json!({"flow": "report", "payload": {}, "ref": "r1"})).await;
+    enqueue(&app, json!({"flow": "report", "payload": {}, "ref": "r2"})).await;
+    let got = claim(&app, json!({"worker": "w-1", "max": 10})).await;
+    let summary: Vec<(Option<String>, String, bool)> = got
+        .items
+        .iter()
+        .map(|c| {
+            let outcome = c.decision.outcome.as_str().to_string();
+            (c.item.reference.clone(), outcome, c.decision.would_defer)
+        })
+        .collect();
+    let expected = [
+        ("soon", "bypassed", false),
+        ("unknown", "unthrottled", false),
+        ("r1", "granted", false),
+        ("r2", "granted", true),
+    ];
+    let expected: Vec<_> = expected
+        .iter()
+        .map(|(r, o, w)| (Some(r.to_string()), o.to_string(), *w))
+        .collect();
+    let mut summary_sorted = summary.clone();
+    summary_sorted.sort();
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort();
+    assert_eq!(summary_sorted, expected_sorted, "{summary:?}");
+    assert_eq!(summary[0].1, "bypassed", "the most urgent first");
+    assert_eq!(
+        current_count(&pool, "closed").await,
+        0,
+        "no reservation for bypass (counted after the fact)"
+    );
+    let left = claim(&app, json!({"worker": "w-1"})).await;
+    assert_eq!(
+        left.outcome,
+        ClaimOutcome::Deferred,
+        "'later' waits for a ceiling"
+    );
+}
+
+#[sqlx::test]
+async fn a_closed_quota_does_not_block_another_and_unused_slots_are_given_back(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "a-closed", 0, "fa", "enforce").await;
+    create_flow(&pool, "b-open", 5, "fb", "enforce").await;
+    create_flow(&pool, "c-idle", 5, "fc", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for (flow, n) in [("fa", 2), ("fb", 3)] {
+        for _ in 0..n {
+            enqueue(&app, json!({"flow": flow, "payload": {}})).await;
+        }
+    }
+    let got = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    let flows: Vec<&str> = got.items.iter().map(|c| c.item.flow.as_str()).collect();
+    assert_eq!(flows, ["fb", "fb", "fb"]);
+    assert_eq!(
+        current_count(&pool, "b-open").await,
+        3,
+        "2 of 5 taken, given back"
+    );
+    assert_eq!(current_count(&pool, "a-closed").await, 0);
+    assert_eq!(current_count(&pool, "c-idle").await, 0, "no work, no take");
+    let left = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    assert_eq!(left.outcome, ClaimOutcome::Deferred);
+}
