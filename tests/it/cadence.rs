@@ -404,3 +404,52 @@ async fn headroom_keeps_the_top_of_the_window_for_priority_1(pool: PgPool) {
     );
     assert_eq!(current_count(&pool, "ppf").await, 10);
 }
+
+#[sqlx::test]
+async fn batches_and_claims_respect_the_cadence(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 0.01, burst = 3, adaptive = false").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let items: Vec<Value> = (0..5)
+        .map(|i| json!({"flow": "invoice", "ref": format!("b-{i}")}))
+        .collect();
+    let batch = app
+        .post_json("/v1/reserve/batch", json!({ "items": items }))
+        .await;
+    let outcomes: Vec<&str> = batch["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["granted", "granted", "granted", "deferred", "deferred"]
+    );
+    assert_eq!(batch["decisions"][3]["limit"], "cadence");
+    assert_eq!(current_count(&pool, "api").await, 3);
+
+    // The bucket is empty now: queued work cannot be claimed past it either.
+    set_limits(&pool, "api", "burst = 2").await;
+    sqlx::query("UPDATE quota_bucket SET tokens = 2 WHERE quota = 'api'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for i in 0..4 {
+        let response = app
+            .client
+            .post(format!("{}/v1/work", app.base))
+            .json(&json!({"flow": "invoice", "payload": {"n": i}}))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success());
+    }
+    let claim = app
+        .post_json("/v1/work/claim", json!({"worker": "w-1", "max": 4}))
+        .await;
+    assert_eq!(claim["items"].as_array().unwrap().len(), 2, "{claim}");
+    assert_eq!(current_count(&pool, "api").await, 5);
+}
