@@ -3,7 +3,7 @@
 -- 0.01/s. Quotas with adaptive = false are left alone.
 UPDATE quota_bucket b
 SET factor = least(1.0, greatest(least(1.0, 0.01 / q.rate), recovered_factor(b.factor, b.factor_at) * $2::float8)),
-    factor_at = arbiter_now()
+    factor_at = greatest(b.factor_at, arbiter_now())
 FROM quota q
 WHERE b.quota = $1 AND q.name = b.quota AND q.adaptive
 RETURNING b.factor AS "factor!",

@@ -31,8 +31,12 @@ WITH clock AS (
     RETURNING w.count
 ), spent AS (
     UPDATE quota_bucket b
-    SET tokens = greatest(0, a.tokens - $2::bigint), refilled_at = c.now,
-        factor = a.factor, factor_at = c.now
+    -- now() is when this transaction started, possibly before a concurrent
+    -- reservation that held the lock first: never move the refill clock back,
+    -- or the time in between would be refilled twice.
+    SET tokens = greatest(0, a.tokens - $2::bigint),
+        refilled_at = greatest(b.refilled_at, c.now),
+        factor = a.factor, factor_at = greatest(b.factor_at, c.now)
     FROM available a, clock c
     WHERE b.quota = $1::text AND EXISTS (SELECT 1 FROM reserved)
     RETURNING b.tokens

@@ -36,22 +36,37 @@ pub(super) async fn run(
     });
     let mut arms = vec![arm("HTTP POST /v1/work (enqueue)", enqueue.await?)];
     let until = Instant::now() + duration;
+    let unavailable = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let claims = timed(concurrency, usize::MAX, {
         let (client, url) = (client.clone(), format!("{base}/v1/work/claim"));
+        let unavailable = unavailable.clone();
         move |n| {
-            let (client, url) = (client.clone(), url.clone());
+            let (client, url, unavailable) = (client.clone(), url.clone(), unavailable.clone());
             async move {
                 if Instant::now() >= until {
                     return Ok(false);
                 }
                 let body = json!({"worker": format!("bench-{}", n % 1024), "max": 1});
-                let response = client.post(&url).json(&body).send().await?;
+                // A 503 (claims of one quota queue on its window row) is retried,
+                // as a worker would; the latency includes the retries.
+                let response = loop {
+                    let response = client.post(&url).json(&body).send().await?;
+                    if response.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                        break response;
+                    }
+                    unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                };
                 let claim: Claim = response.error_for_status()?.json().await?;
                 Ok(claim.outcome == ClaimOutcome::Claimed)
             }
         }
     });
     arms.push(arm("HTTP POST /v1/work/claim (max 1)", claims.await?));
+    let retried = unavailable.load(std::sync::atomic::Ordering::Relaxed);
+    if retried > 0 {
+        println!("({retried} claims answered 503 store-unavailable and were retried)");
+    }
     Ok(arms)
 }
 

@@ -453,3 +453,42 @@ async fn batches_and_claims_respect_the_cadence(pool: PgPool) {
     assert_eq!(claim["items"].as_array().unwrap().len(), 2, "{claim}");
     assert_eq!(current_count(&pool, "api").await, 5);
 }
+
+#[sqlx::test]
+async fn concurrent_callers_never_outrun_the_cadence(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 200, burst = 5, adaptive = false").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let started = Instant::now();
+    let mut callers = Vec::new();
+    for _ in 0..32 {
+        let app = app.clone();
+        callers.push(tokio::spawn(async move {
+            let mut granted = 0;
+            while started.elapsed() < Duration::from_secs(2) {
+                if app.reserve(json!({"flow": "invoice"})).await.outcome == Outcome::Granted {
+                    granted += 1;
+                }
+            }
+            granted
+        }));
+    }
+    let mut granted = 0;
+    for caller in callers {
+        granted += caller.await.unwrap();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // burst + rate x elapsed is the most the bucket can give; one token of slack.
+    let most = 5.0 + 200.0 * seconds + 1.0;
+    assert!(
+        (granted as f64) <= most,
+        "{granted} grants in {seconds:.2} s, at most {most:.0}"
+    );
+    assert!(granted as f64 >= 100.0, "the rate is used: {granted}");
+    assert_eq!(
+        current_count(&pool, "api").await,
+        granted as i64,
+        "tokens and slots go together"
+    );
+}
