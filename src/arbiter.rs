@@ -3,6 +3,7 @@
 
 mod batch;
 mod claim;
+mod coalesce;
 mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,8 @@ use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::metrics::Metrics;
 use crate::store::{Refusal, SlotSpec, Store};
 use crate::tally::Ledger;
+
+use coalesce::Coalescer;
 
 pub use batch::MAX_BATCH_ITEMS;
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
@@ -34,6 +37,7 @@ pub struct Arbiter {
     store_timeout: Duration,
     /// Spreads rollout decisions of requests without a `ref`.
     unkeyed: Arc<AtomicU64>,
+    coalescer: Coalescer,
 }
 
 impl Arbiter {
@@ -46,6 +50,7 @@ impl Arbiter {
         store_timeout: Duration,
     ) -> Self {
         Self {
+            coalescer: Coalescer::new(store.clone()),
             store,
             catalog,
             ledger,
@@ -126,7 +131,7 @@ impl Arbiter {
             decision.limit = Some(Limit::Budget);
             return Ok(decision);
         }
-        let reservation = self.reserve(rule, count, false).await?;
+        let reservation = self.reserve_enforced(rule, request).await?;
         let clock = reservation.clock;
         let mut decision = match (reservation.count_after, reservation.refusal) {
             (Some(_), _) => {
@@ -155,6 +160,35 @@ impl Arbiter {
         };
         decision.window_start = Some(clock.window_start);
         Ok(decision)
+    }
+
+    /// Enforced decisions on a plain budget are coalesced with concurrent
+    /// ones for the same quota; anything with more limits goes alone.
+    async fn reserve_enforced(
+        &self,
+        rule: &Rule,
+        request: &SlotRequest,
+    ) -> Result<crate::store::Reservation, StoreUnavailable> {
+        if rule.quota.has_limits_beyond_budget() {
+            return self.reserve(rule, request.count, false).await;
+        }
+        let started = Instant::now();
+        let reservation = self
+            .bounded(
+                self.coalescer.reserve(
+                    &rule.quota.name,
+                    request.count,
+                    rule.quota.hourly_ceiling,
+                    request.deadline,
+                    rule.flow.priority,
+                ),
+                "reserve",
+            )
+            .await?;
+        self.metrics
+            .observe_reserve(started.elapsed().as_secs_f64());
+        self.clock.observe(reservation.clock);
+        Ok(reservation)
     }
 
     async fn reserve(

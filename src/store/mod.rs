@@ -43,8 +43,8 @@ impl Store {
         &self.pool
     }
 
-    /// The bare conditional upsert, without cadence or leases (tests and the
-    /// bench baseline; decisions go through [`Store::reserve`]).
+    /// The bare conditional upsert, without cadence or leases: a lone
+    /// coalesced decision, the bench baseline, tests.
     /// One conditional upsert (DESIGN §3.2): takes `slots` of `quota` in the
     /// current window if `count + slots <= ceiling`, or unconditionally when
     /// `spend_regardless` (observe mode keeps `count` honest).

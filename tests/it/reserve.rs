@@ -343,3 +343,37 @@ async fn tally(pool: &PgPool, flow: &str) -> (i64, i64) {
     .await
     .unwrap()
 }
+
+#[sqlx::test]
+async fn concurrent_mixed_counts_never_over_grant_and_leave_no_stray_slots(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    let app = std::sync::Arc::new(TestApp::spawn(pool.clone()).await);
+    let mut callers = Vec::new();
+    for i in 0..64_i64 {
+        let app = app.clone();
+        callers.push(tokio::spawn(async move {
+            let count = i % 3 + 1;
+            let decision = app
+                .reserve(json!({"flow": "invoice", "count": count}))
+                .await;
+            (decision.outcome == Outcome::Granted)
+                .then_some(count)
+                .unwrap_or(0)
+        }));
+    }
+    let mut granted = 0;
+    for caller in callers {
+        granted += caller.await.unwrap();
+    }
+    assert!(
+        granted <= 100,
+        "{granted} slots granted against a ceiling of 100"
+    );
+    assert!(
+        granted >= 98,
+        "demand of 128 leaves at most the odd slot unused: {granted}"
+    );
+    // Slots taken for a group but not usable by it were given back.
+    assert_eq!(current_count(&pool, "ppf").await, granted);
+}

@@ -1,0 +1,186 @@
+//! Coalescing (DESIGN §8). Every decision on one quota contends for one row,
+//! so a statement per request tops out at the database's hot-row rate.
+//! Concurrent enforced decisions for the same quota in this replica are
+//! gathered instead: one take-up-to-k upsert decides the whole group, and the
+//! slots are shared out in rationing order (deadline, then flow priority, then
+//! arrival), each request all or nothing. Still exact: the statement never
+//! takes past the ceiling, and slots no request could use (or whose caller
+//! stopped waiting) are given back; a failed give-back leaves an over-count,
+//! never an under-count.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::oneshot;
+
+use crate::decision::Limit;
+use crate::store::slots::{give_back_slots, take_slots, Take};
+use crate::store::{Refusal, Reservation, Store};
+
+/// Rationing order: deadlines first (earliest first), then priority, then arrival.
+type Rank = (bool, Option<DateTime<Utc>>, i16, u64);
+
+struct Waiter {
+    slots: i64,
+    ceiling: i64,
+    rank: Rank,
+    reply: oneshot::Sender<Result<Reservation, String>>,
+}
+
+/// A quota present in the map has a leader task deciding its queue.
+#[derive(Clone)]
+pub struct Coalescer {
+    store: Store,
+    queues: Arc<Mutex<HashMap<String, Vec<Waiter>>>>,
+    arrivals: Arc<AtomicU64>,
+}
+
+impl Coalescer {
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            queues: Arc::default(),
+            arrivals: Arc::default(),
+        }
+    }
+
+    /// Reserves `slots` of `quota` together with whoever else is asking now.
+    pub async fn reserve(
+        &self,
+        quota: &str,
+        slots: i64,
+        ceiling: i64,
+        deadline: Option<DateTime<Utc>>,
+        priority: i16,
+    ) -> Result<Reservation, sqlx::Error> {
+        let (reply, answer) = oneshot::channel();
+        let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        let waiter = Waiter {
+            slots,
+            ceiling,
+            rank: (deadline.is_none(), deadline, priority, arrival),
+            reply,
+        };
+        let lead = {
+            let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+            match queues.get_mut(quota) {
+                Some(queue) => {
+                    queue.push(waiter);
+                    false
+                }
+                None => {
+                    queues.insert(quota.to_string(), vec![waiter]);
+                    true
+                }
+            }
+        };
+        if lead {
+            // A task of its own: a caller that gives up must not stop the
+            // group it was leading.
+            tokio::spawn(self.clone().lead(quota.to_string()));
+        }
+        answer
+            .await
+            .map_err(|_| sqlx::Error::Protocol("coalescer stopped".into()))?
+            .map_err(sqlx::Error::Protocol)
+    }
+
+    /// Decides the quota's queue, group after group, until it is empty.
+    async fn lead(self, quota: String) {
+        loop {
+            let group = {
+                let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(queue) = queues.get_mut(&quota) else {
+                    return;
+                };
+                if queue.is_empty() {
+                    queues.remove(&quota);
+                    return;
+                }
+                std::mem::take(queue)
+            };
+            self.decide(&quota, group).await;
+        }
+    }
+
+    async fn decide(&self, quota: &str, mut group: Vec<Waiter>) {
+        if group.len() == 1 {
+            // Alone: the all-or-nothing upsert, nothing to give back.
+            let waiter = group.remove(0);
+            let reserved = self
+                .store
+                .reserve_slots(quota, waiter.slots, waiter.ceiling, false)
+                .await
+                .map(|r| Reservation {
+                    refusal: r.count_after.is_none().then_some(Refusal {
+                        limit: Limit::Budget,
+                        retry_at: r.clock.window_end,
+                    }),
+                    ..r
+                })
+                .map_err(|e| e.to_string());
+            let _ = waiter.reply.send(reserved);
+            return;
+        }
+        let wanted = group.iter().map(|w| w.slots).sum();
+        // Catalog changes between arrivals: the strictest ceiling holds.
+        let ceiling = group.iter().map(|w| w.ceiling).min().unwrap_or(0);
+        let take = match take_slots(self.store.pool(), quota, wanted, ceiling).await {
+            Ok(take) => take,
+            Err(error) => {
+                let error = error.to_string();
+                for waiter in group {
+                    let _ = waiter.reply.send(Err(error.clone()));
+                }
+                return;
+            }
+        };
+        group.sort_by_key(|w| w.rank);
+        let mut left = take.taken;
+        let shares: Vec<(Waiter, bool)> = group
+            .into_iter()
+            .map(|waiter| {
+                let granted = waiter.slots <= left;
+                if granted {
+                    left -= waiter.slots;
+                }
+                (waiter, granted)
+            })
+            .collect();
+        // Unused slots go back before anyone hears a refusal, so the window
+        // never shows them as spent to a caller who asks next.
+        self.give_back(quota, &take, left).await;
+        let mut abandoned = 0;
+        for (waiter, granted) in shares {
+            let answered = waiter.reply.send(Ok(reservation(&take, granted)));
+            if granted && answered.is_err() {
+                abandoned += waiter.slots; // the caller stopped waiting: nobody emits
+            }
+        }
+        self.give_back(quota, &take, abandoned).await;
+    }
+
+    async fn give_back(&self, quota: &str, take: &Take, slots: i64) {
+        if slots == 0 {
+            return;
+        }
+        let back = give_back_slots(self.store.pool(), quota, take.clock.window_start, slots);
+        if let Err(error) = back.await {
+            tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
+        }
+    }
+}
+
+fn reservation(take: &Take, granted: bool) -> Reservation {
+    Reservation {
+        clock: take.clock,
+        count_after: granted.then_some(take.taken),
+        refusal: (!granted).then_some(Refusal {
+            limit: Limit::Budget,
+            retry_at: take.clock.window_end,
+        }),
+        lease: None,
+    }
+}
