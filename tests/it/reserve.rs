@@ -357,9 +357,11 @@ async fn concurrent_mixed_counts_never_over_grant_and_leave_no_stray_slots(pool:
             let decision = app
                 .reserve(json!({"flow": "invoice", "count": count}))
                 .await;
-            (decision.outcome == Outcome::Granted)
-                .then_some(count)
-                .unwrap_or(0)
+            if decision.outcome == Outcome::Granted {
+                count
+            } else {
+                0
+            }
         }));
     }
     let mut granted = 0;
