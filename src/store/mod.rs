@@ -1,5 +1,17 @@
 //! PostgreSQL: the single atomic arbiter. Every statement lives in `sql/`.
 
+/// The clock columns every time-dependent statement returns (`db_now`,
+/// `window_start`, `window_end`), as a [`ClockReading`](crate::clock::ClockReading).
+macro_rules! clock_reading {
+    ($row:expr) => {
+        crate::clock::ClockReading {
+            db_now: $row.db_now,
+            window_start: $row.window_start,
+            window_end: $row.window_end,
+        }
+    };
+}
+
 mod admin;
 mod bootstrap;
 mod reserve;
@@ -66,11 +78,7 @@ impl Store {
         .fetch_one(&self.pool)
         .await?;
         Ok(Reservation {
-            clock: ClockReading {
-                db_now: row.db_now,
-                window_start: row.window_start,
-                window_end: row.window_end,
-            },
+            clock: clock_reading!(row),
             count_after: row.count_after,
             refusal: None,
             lease: None,
@@ -81,11 +89,7 @@ impl Store {
         let row = sqlx::query_file!("sql/db_clock.sql")
             .fetch_one(&self.pool)
             .await?;
-        Ok(ClockReading {
-            db_now: row.db_now,
-            window_start: row.window_start,
-            window_end: row.window_end,
-        })
+        Ok(clock_reading!(row))
     }
 
     /// Ready: the store answers and every migration of this build is applied.

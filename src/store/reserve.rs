@@ -7,7 +7,6 @@ use sqlx::PgExecutor;
 
 use super::{Reservation, Store};
 use crate::catalog::QuotaRule;
-use crate::clock::ClockReading;
 use crate::decision::Limit;
 
 /// What a decision asks of the store.
@@ -52,11 +51,7 @@ impl Store {
             let row = sqlx::query_file!("sql/slot_retry_at.sql", spec.quota.name)
                 .fetch_one(self.pool())
                 .await?;
-            let clock = ClockReading {
-                db_now: row.db_now,
-                window_start: row.window_start,
-                window_end: row.window_end,
-            };
+            let clock = clock_reading!(row);
             return Ok(Reservation {
                 clock,
                 count_after: None,
@@ -141,11 +136,7 @@ async fn reserve_once<'e>(
         let row = sqlx::query_file!("sql/reserve_slots.sql", quota, k, ceiling, regardless)
             .fetch_one(executor)
             .await?;
-        let clock = ClockReading {
-            db_now: row.db_now,
-            window_start: row.window_start,
-            window_end: row.window_end,
-        };
+        let clock = clock_reading!(row);
         let over_budget = row.count_after.is_none_or(|after| after > ceiling);
         return Ok(Reservation {
             clock,
@@ -169,11 +160,7 @@ async fn reserve_once<'e>(
     )
     .fetch_one(executor)
     .await?;
-    let clock = ClockReading {
-        db_now: row.db_now,
-        window_start: row.window_start,
-        window_end: row.window_end,
-    };
+    let clock = clock_reading!(row);
     // A full window outranks missing tokens: the tokens come back sooner.
     let budget_short = match row.count_after {
         Some(after) => after > ceiling,

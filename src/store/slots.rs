@@ -41,11 +41,7 @@ pub async fn take_slots<'e>(
         .fetch_one(db)
         .await?;
     Ok(Take {
-        clock: ClockReading {
-            db_now: row.db_now,
-            window_start: row.window_start,
-            window_end: row.window_end,
-        },
+        clock: clock_reading!(row),
         taken: row.taken,
     })
 }
