@@ -68,6 +68,11 @@ async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
         )
         .await;
     assert_eq!(quota["hourly_ceiling"], 1000);
+    assert!(
+        quota["rate"].is_null() && quota["effective_rate"].is_null(),
+        "no cadence: {quota}"
+    );
+    assert!(quota["effective_burst"].is_null(), "{quota}");
 
     // A flow created without a mode observes.
     let flow: Value = app
