@@ -3,8 +3,11 @@
 -- window, or sooner when an item enters the bypass horizon ($2 seconds).
 SELECT arbiter_now() AS "db_now!",
        count(*) AS "claimable!",
-       least(window_end_of(arbiter_now()),
-             greatest(arbiter_now(), min(deadline) - make_interval(secs => $2::float8)))
+       -- (least/greatest skip NULLs: without deadlines it is the next window.)
+       greatest(arbiter_now(),
+                least(window_end_of(arbiter_now()),
+                      coalesce(min(deadline) - make_interval(secs => $2::float8),
+                               window_end_of(arbiter_now()))))
            AS "retry_at!"
 FROM work_item
 WHERE (state = 'pending' OR (state = 'claimed' AND lease_until < arbiter_now()))

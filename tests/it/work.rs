@@ -370,3 +370,32 @@ async fn a_closed_quota_does_not_block_another_and_unused_slots_are_given_back(p
     let left = claim(&app, json!({"worker": "w-1", "max": 5})).await;
     assert_eq!(left.outcome, ClaimOutcome::Deferred);
 }
+
+#[sqlx::test]
+async fn a_deferred_claim_without_deadlines_waits_for_the_next_window(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 1, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for i in 0..3 {
+        enqueue(&app, json!({"flow": "invoice", "payload": {"i": i}})).await;
+    }
+    assert_eq!(
+        claim(&app, json!({"worker": "w-1", "max": 3}))
+            .await
+            .items
+            .len(),
+        1
+    );
+    let deferred = claim(&app, json!({"worker": "w-2"})).await;
+    assert_eq!(deferred.outcome, ClaimOutcome::Deferred);
+    let window_end: DateTime<Utc> = sqlx::query_scalar("SELECT window_end_of(arbiter_now())")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        deferred.retry_at,
+        Some(window_end),
+        "not now: nothing can be granted before"
+    );
+    assert!(deferred.retry_after_seconds.is_some_and(|s| s > 2900));
+}
