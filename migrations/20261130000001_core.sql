@@ -24,7 +24,8 @@ $$;
 
 CREATE TABLE quota (
     name           text PRIMARY KEY CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$'),
-    hourly_ceiling bigint NOT NULL,
+    -- Bounded so that count + k can never overflow.
+    hourly_ceiling bigint NOT NULL CHECK (hourly_ceiling <= 9007199254740992),
     created_at     timestamptz NOT NULL DEFAULT arbiter_now(),
     updated_at     timestamptz NOT NULL DEFAULT arbiter_now()
 );

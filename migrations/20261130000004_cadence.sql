@@ -4,8 +4,9 @@
 
 ALTER TABLE quota
     -- Cadence: sustained tokens per second and bucket size; both or neither.
-    ADD COLUMN rate  double precision CHECK (rate > 0),
-    ADD COLUMN burst double precision CHECK (burst >= 1),
+    -- Bounded so that refill arithmetic can never overflow.
+    ADD COLUMN rate  double precision CHECK (rate > 0 AND rate <= 1e6),
+    ADD COLUMN burst double precision CHECK (burst >= 1 AND burst <= 1e9),
     -- Shrink rate and burst on upstream 429/timeout/5xx, recover when quiet.
     ADD COLUMN adaptive boolean NOT NULL DEFAULT true,
     ADD COLUMN max_in_flight integer CHECK (max_in_flight BETWEEN 1 AND 10000),

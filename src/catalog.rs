@@ -11,6 +11,35 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 pub const MAX_NAME_LEN: usize = 128;
+/// Largest hourly ceiling (2^53): `count + k` can never overflow.
+pub const MAX_CEILING: i64 = 1 << 53;
+/// Largest cadence: refill arithmetic stays finite.
+pub const MAX_RATE: f64 = 1e6;
+pub const MAX_BURST: f64 = 1e9;
+
+/// Checks a quota's limits; the same bounds as the table's CHECKs.
+pub fn validate_limits(
+    hourly_ceiling: i64,
+    rate: Option<f64>,
+    burst: Option<f64>,
+) -> Result<(), String> {
+    if !(0..=MAX_CEILING).contains(&hourly_ceiling) {
+        return Err(format!(
+            "`hourly_ceiling` must be between 0 and {MAX_CEILING}"
+        ));
+    }
+    match (rate, burst) {
+        (Some(rate), Some(burst))
+            if rate > 0.0 && rate <= MAX_RATE && (1.0..=MAX_BURST).contains(&burst) =>
+        {
+            Ok(())
+        }
+        (None, None) => Ok(()),
+        _ => Err(format!(
+            "`rate` (0 < rate <= {MAX_RATE}) and `burst` (1 <= burst <= {MAX_BURST}) go together"
+        )),
+    }
+}
 
 /// What a flow's decisions do with the quota (DESIGN §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]

@@ -144,9 +144,8 @@ impl Config {
             key: key.to_string(),
             why,
         };
-        if self.hourly_ceiling < 0 {
-            return Err(invalid("hourly_ceiling", "must be 0 or more".into()));
-        }
+        crate::catalog::validate_limits(self.hourly_ceiling, None, None)
+            .map_err(|why| invalid("hourly_ceiling", why))?;
         if self.store_timeout > Duration::from_millis(1900) || self.store_timeout.is_zero() {
             return Err(invalid(
                 "store_timeout",
@@ -162,23 +161,9 @@ impl Config {
         for (name, quota) in &self.quotas {
             crate::catalog::validate_name(name)
                 .map_err(|why| invalid(&format!("quotas.{name}"), why))?;
-            if quota.hourly_ceiling.is_some_and(|c| c < 0) {
-                return Err(invalid(
-                    &format!("quotas.{name}.hourly_ceiling"),
-                    "must be 0 or more".into(),
-                ));
-            }
-            let cadence_ok = match (quota.rate, quota.burst) {
-                (Some(rate), Some(burst)) => rate > 0.0 && burst >= 1.0,
-                (None, None) => true,
-                _ => false,
-            };
-            if !cadence_ok {
-                return Err(invalid(
-                    &format!("quotas.{name}.rate"),
-                    "and `burst` go together (rate > 0, burst >= 1)".into(),
-                ));
-            }
+            let ceiling = quota.hourly_ceiling.unwrap_or(self.hourly_ceiling);
+            crate::catalog::validate_limits(ceiling, quota.rate, quota.burst)
+                .map_err(|why| invalid(&format!("quotas.{name}"), why))?;
         }
         for (name, flow) in &self.flows {
             crate::catalog::validate_name(name)

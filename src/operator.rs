@@ -106,7 +106,8 @@ pub async fn flip_flow(
 
 pub async fn set_quota(store: &Store, name: &str, hourly_ceiling: i64) -> anyhow::Result<()> {
     validate_name(name).map_err(|why| anyhow::anyhow!("quota name {why}"))?;
-    anyhow::ensure!(hourly_ceiling >= 0, "--hourly-ceiling must be 0 or more");
+    crate::catalog::validate_limits(hourly_ceiling, None, None)
+        .map_err(|why| anyhow::anyhow!("--hourly-ceiling: {why}"))?;
     store
         .set_quota_ceiling(&cli_actor(), name, hourly_ceiling)
         .await?;

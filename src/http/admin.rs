@@ -9,7 +9,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiQuery};
 use super::AppState;
-use crate::catalog::{validate_name, Mode};
+use crate::catalog::{validate_limits, validate_name, Mode};
 use crate::report::{self, Report};
 use crate::store::{FlowChange, FlowRow, QuotaRow, QuotaSettings, WindowRow};
 
@@ -55,15 +55,7 @@ impl QuotaBody {
     fn into_settings(self, default_ceiling: i64) -> Result<QuotaSettings, ApiError> {
         let invalid = |why: &str| Err(ApiError::Invalid(why.to_string()));
         let ceiling = self.hourly_ceiling.unwrap_or(default_ceiling);
-        if ceiling < 0 {
-            return invalid("`hourly_ceiling` must be 0 or more");
-        }
-        match (self.rate, self.burst) {
-            (Some(rate), Some(burst))
-                if rate.is_finite() && rate > 0.0 && burst.is_finite() && burst >= 1.0 => {}
-            (None, None) => {}
-            _ => return invalid("`rate` (> 0) and `burst` (>= 1) go together"),
-        }
+        validate_limits(ceiling, self.rate, self.burst).map_err(ApiError::Invalid)?;
         if self
             .max_in_flight
             .is_some_and(|n| !(1..=10_000).contains(&n))

@@ -148,6 +148,10 @@ async fn admin_input_is_validated(pool: PgPool) {
             json!({"hourly_ceiling": 10, "extra": true}),
         ),
         ("/v1/quotas/bad%20name", json!({"hourly_ceiling": 10})),
+        ("/v1/quotas/ppf", json!({"hourly_ceiling": i64::MAX})),
+        ("/v1/quotas/ppf", json!({"rate": 1e308, "burst": 1e308})),
+        ("/v1/quotas/ppf", json!({"rate": 2})),
+        ("/v1/quotas/ppf", json!({"rate": 0, "burst": 5})),
         (
             "/v1/flows/invoice",
             json!({"quota": "ppf", "mode": "sometimes"}),
