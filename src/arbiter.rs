@@ -172,23 +172,14 @@ impl Arbiter {
         if rule.quota.has_limits_beyond_budget() {
             return self.reserve(rule, request.count, false).await;
         }
-        let started = Instant::now();
-        let reservation = self
-            .bounded(
-                self.coalescer.reserve(
-                    &rule.quota.name,
-                    request.count,
-                    rule.quota.hourly_ceiling,
-                    request.deadline,
-                    rule.flow.priority,
-                ),
-                "reserve",
-            )
-            .await?;
-        self.metrics
-            .observe_reserve(started.elapsed().as_secs_f64());
-        self.clock.observe(reservation.clock);
-        Ok(reservation)
+        self.timed(self.coalescer.reserve(
+            &rule.quota.name,
+            request.count,
+            rule.quota.hourly_ceiling,
+            request.deadline,
+            rule.flow.priority,
+        ))
+        .await
     }
 
     async fn reserve(
@@ -197,7 +188,6 @@ impl Arbiter {
         count: i64,
         spend_regardless: bool,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
-        let started = Instant::now();
         let spec = SlotSpec {
             quota: &rule.quota,
             flow: &rule.flow.name,
@@ -205,7 +195,17 @@ impl Arbiter {
             ceiling: rule.quota.ceiling_for(rule.flow.priority),
             spend_regardless,
         };
-        let reservation = self.bounded(self.store.reserve(&spec), "reserve").await?;
+        self.timed(self.store.reserve(&spec)).await
+    }
+
+    /// A reservation within the time budget, its latency measured and its
+    /// database clock reading kept for the paths that cannot ask.
+    async fn timed(
+        &self,
+        call: impl std::future::Future<Output = Result<crate::store::Reservation, sqlx::Error>>,
+    ) -> Result<crate::store::Reservation, StoreUnavailable> {
+        let started = Instant::now();
+        let reservation = self.bounded(call, "reserve").await?;
         self.metrics
             .observe_reserve(started.elapsed().as_secs_f64());
         self.clock.observe(reservation.clock);

@@ -70,6 +70,10 @@ pub struct Claim {
 struct Lanes {
     enforced: BTreeMap<String, (QuotaRule, Vec<String>)>,
     observed: BTreeMap<String, (QuotaRule, Vec<String>)>,
+    /// Per enforced quota, the ceiling a take may reach: the strictest
+    /// headroom share among the lane's flows, so no flow's items go past its
+    /// part of the window.
+    take_ceilings: BTreeMap<String, i64>,
     /// Every enforced or observed flow: the rest is never throttled.
     throttled_flows: Vec<String>,
 }
@@ -79,6 +83,7 @@ impl Lanes {
         let mut lanes = Lanes {
             enforced: BTreeMap::new(),
             observed: BTreeMap::new(),
+            take_ceilings: BTreeMap::new(),
             throttled_flows: Vec::new(),
         };
         for flow in snapshot.flows() {
@@ -98,6 +103,14 @@ impl Lanes {
                 .entry(rule.quota.name.clone())
                 .or_insert_with(|| (rule.quota.clone(), Vec::new()));
             entry.1.push(flow.name.clone());
+            if rule.flow.mode == Mode::Enforce {
+                let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+                lanes
+                    .take_ceilings
+                    .entry(rule.quota.name.clone())
+                    .and_modify(|c| *c = (*c).min(ceiling))
+                    .or_insert(ceiling);
+            }
         }
         lanes
     }
@@ -231,19 +244,9 @@ impl Arbiter {
                 .collect();
             let busy = busy_flows(&mut tx, &enforced, horizon_seconds).await?;
             for (name, (quota, flows)) in &lanes.enforced {
-                if quota.hourly_ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
+                let ceiling = lanes.take_ceilings[name];
+                if ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
                     // The guard: a ceiling below 1 grants nothing.
-                    continue;
-                }
-                // Headroom: the strictest share among the lane's flows, so no
-                // flow's items go past its part of the window.
-                let ceiling = flows
-                    .iter()
-                    .filter_map(|f| snapshot_priority(&self.catalog, f))
-                    .map(|p| quota.ceiling_for(p))
-                    .min()
-                    .unwrap_or(quota.hourly_ceiling);
-                if ceiling < 1 {
                     continue;
                 }
                 let take = match quota.cadence {
@@ -380,11 +383,4 @@ impl Arbiter {
             retry_after_seconds: waited.retry_after_seconds,
         })
     }
-}
-
-fn snapshot_priority(catalog: &crate::catalog::Catalog, flow: &str) -> Option<i16> {
-    catalog
-        .snapshot()?
-        .rule(flow)
-        .map(|rule| rule.flow.priority)
 }

@@ -183,16 +183,9 @@ async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 10, burst = 20").await;
     let app = TestApp::spawn(pool.clone()).await;
-    let answer: Value = app
-        .client
-        .post(format!("{}/v1/report", app.base))
-        .json(&json!({"flow": "invoice", "upstream": "429"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = app
+        .post_json("/v1/report", json!({"flow": "invoice", "upstream": "429"}))
+        .await;
     assert!(
         (answer["effective_rate"].as_f64().unwrap() - 7.0).abs() < 0.01,
         "{answer}"
