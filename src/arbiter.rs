@@ -4,6 +4,7 @@
 mod batch;
 mod claim;
 mod coalesce;
+mod observe;
 mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,7 +82,7 @@ impl Arbiter {
         decision.mode = Some(rule.flow.mode);
         let decision = match rule.flow.mode {
             Mode::Count => self.count_after_the_fact(decision, &rule, request.count),
-            Mode::Observe => self.observe(decision, &rule, request.count).await,
+            Mode::Observe => self.observe(decision, &rule, request).await,
             Mode::Enforce => self.enforce(decision, &rule, request).await?,
         };
         Ok(self.settle(decision, request.deadline.is_some(), true))
@@ -95,33 +96,12 @@ impl Arbiter {
         decision
     }
 
-    /// Attempts and counts the slots, always grants; flags what enforcement
-    /// would have deferred. A store outage must not block the emission: the
-    /// slots are then counted after the fact.
-    async fn observe(&self, mut decision: Decision, rule: &Rule, count: i64) -> Decision {
-        match self.reserve(rule, count, true).await {
-            Ok(reservation) => {
-                decision.window_start = Some(reservation.clock.window_start);
-                decision.would_defer = reservation.refusal.is_some();
-                decision.limit = reservation.refusal.map(|r| r.limit);
-            }
-            Err(error) => {
-                tracing::warn!(%error, quota = %rule.quota.name, "observe decision without the store; counting after the fact");
-                self.ledger
-                    .spend_after_the_fact(&rule.quota.name, None, count);
-                decision.window_start = self.clock.window_start();
-            }
-        }
-        decision
-    }
-
     async fn enforce(
         &self,
         decision: Decision,
         rule: &Rule,
         request: &SlotRequest,
     ) -> Result<Decision, StoreUnavailable> {
-        let count = request.count;
         if rule.quota.ceiling_for(rule.flow.priority) < 1 {
             // The guard runs before the upsert, whose insert branch would
             // otherwise be the only thing between a zero ceiling and a grant.
@@ -153,7 +133,7 @@ impl Arbiter {
             }
             // Gradual rollout: the rest of the refusals are granted as observed.
             (None, _) => {
-                let mut decision = self.observe(decision, rule, count).await;
+                let mut decision = self.observe(decision, rule, request).await;
                 decision.would_defer = true;
                 decision
             }
@@ -170,7 +150,7 @@ impl Arbiter {
         request: &SlotRequest,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
         if rule.quota.has_limits_beyond_budget() {
-            return self.reserve(rule, request.count, false).await;
+            return self.reserve_alone(rule, request.count).await;
         }
         self.timed(self.coalescer.reserve(
             &rule.quota.name,
@@ -182,18 +162,17 @@ impl Arbiter {
         .await
     }
 
-    async fn reserve(
+    async fn reserve_alone(
         &self,
         rule: &Rule,
         count: i64,
-        spend_regardless: bool,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
         let spec = SlotSpec {
             quota: &rule.quota,
             flow: &rule.flow.name,
             slots: count,
             ceiling: rule.quota.ceiling_for(rule.flow.priority),
-            spend_regardless,
+            spend_regardless: false,
         };
         self.timed(self.store.reserve(&spec)).await
     }

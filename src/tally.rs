@@ -90,6 +90,28 @@ impl Ledger {
         self.lock().tallies.entry(key).or_default().add(counts);
     }
 
+    /// An observed decision answered before the store did: once the store
+    /// does answer over the ceiling, the would-defer joins the tallies.
+    pub fn tally_late_would_defer(
+        &self,
+        window_start: DateTime<Utc>,
+        quota: &str,
+        flow: &str,
+        had_deadline: bool,
+    ) {
+        let counts = OutcomeCounts {
+            would_defer: 1,
+            would_defer_with_deadline: i64::from(had_deadline),
+            ..OutcomeCounts::default()
+        };
+        let key = TallyKey {
+            window_start: Some(window_start),
+            quota: Some(quota.to_string()),
+            flow: flow.to_string(),
+        };
+        self.lock().tallies.entry(key).or_default().add(counts);
+    }
+
     /// Records slots spent without a reservation, to be added to their window.
     pub fn spend_after_the_fact(
         &self,

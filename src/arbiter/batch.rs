@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::observe::{late_would_defers, past_ceiling};
 use super::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
@@ -185,29 +186,29 @@ impl Arbiter {
         items: &[(usize, Rule)],
     ) -> Vec<(usize, Decision)> {
         let rule = &items[0].1;
-        let total: i64 = items.iter().map(|(i, _)| requests[*i].count).sum();
-        let mut before = None;
-        let mut window_start = self.clock.window_start();
-        match self.reserve(rule, total, true).await {
-            Ok(reservation) => {
-                before = reservation.count_after.map(|after| after - total);
-                window_start = Some(reservation.clock.window_start);
-            }
-            Err(error) => {
-                tracing::warn!(%error, quota = %rule.quota.name, "observed batch without the store; counting after the fact");
-                self.ledger
-                    .spend_after_the_fact(&rule.quota.name, None, total);
-            }
-        }
+        let ceiling = rule.quota.hourly_ceiling;
+        let slots: Vec<i64> = items.iter().map(|(i, _)| requests[*i].count).collect();
+        let asked: Vec<(String, bool)> = items
+            .iter()
+            .map(|(i, rule)| (rule.flow.name.clone(), requests[*i].deadline.is_some()))
+            .collect();
+        let late = late_would_defers(rule.quota.name.clone(), asked, slots.clone(), ceiling);
+        let total = slots.iter().sum();
+        let reservation = self.spend_observed(rule, total, late).await;
+        let window_start = reservation
+            .as_ref()
+            .map(|r| r.clock.window_start)
+            .or_else(|| self.clock.window_start());
+        let past = reservation
+            .and_then(|r| r.count_after)
+            .map(|after| past_ceiling(after, &slots, ceiling));
         items
             .iter()
-            .map(|(i, rule)| {
+            .enumerate()
+            .map(|(k, (i, rule))| {
                 let mut decision = with_rule(rule);
                 decision.window_start = window_start;
-                if let Some(count) = before.as_mut() {
-                    *count += requests[*i].count;
-                    decision.would_defer = *count > rule.quota.hourly_ceiling;
-                }
+                decision.would_defer = past.as_ref().is_some_and(|p| p[k]);
                 (*i, decision)
             })
             .collect()

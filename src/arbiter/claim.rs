@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::batch::with_rule;
+use super::observe::{late_would_defers, past_ceiling};
 use super::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
@@ -201,7 +202,7 @@ impl Arbiter {
             items.push(ClaimedItem { item, decision });
         }
         for (quota, indices) in observed {
-            self.spend_observed(&snapshot, &quota, &mut items, &indices)
+            self.spend_observed_claims(&snapshot, &quota, &mut items, &indices)
                 .await;
         }
         Ok(Claim {
@@ -316,7 +317,7 @@ impl Arbiter {
     /// Observed items are granted regardless; their quota's slots are spent
     /// after the claim commits, in one statement per quota, and each item
     /// says whether enforcement would have deferred it.
-    async fn spend_observed(
+    async fn spend_observed_claims(
         &self,
         snapshot: &Snapshot,
         quota: &str,
@@ -326,28 +327,26 @@ impl Arbiter {
         let Some(rule) = snapshot.rule(&items[indices[0]].item.flow) else {
             return;
         };
+        let slots = vec![1; indices.len()];
+        let asked: Vec<(String, bool)> = indices
+            .iter()
+            .map(|&i| (items[i].item.flow.clone(), items[i].item.deadline.is_some()))
+            .collect();
+        let ceiling = rule.quota.hourly_ceiling;
+        let late = late_would_defers(quota.to_string(), asked, slots.clone(), ceiling);
         let total = indices.len() as i64;
-        let mut count = None;
-        match self.reserve(&rule, total, true).await {
-            Ok(reservation) => {
-                count = reservation.count_after.map(|after| after - total);
-                for &i in indices {
-                    items[i].decision.window_start = Some(reservation.clock.window_start);
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, quota, "observed claim without the store; counting after the fact");
-                self.ledger.spend_after_the_fact(quota, None, total);
-            }
-        }
-        for &i in indices {
+        let reservation = self.spend_observed(&rule, total, late).await;
+        let past = reservation
+            .as_ref()
+            .and_then(|r| r.count_after)
+            .map(|after| past_ceiling(after, &slots, ceiling));
+        for (k, &i) in indices.iter().enumerate() {
             let decision = &mut items[i].decision;
-            if let Some(count) = count.as_mut() {
-                *count += 1;
-                decision.would_defer = *count > rule.quota.hourly_ceiling;
+            if let Some(reservation) = &reservation {
+                decision.window_start = Some(reservation.clock.window_start);
             }
+            decision.would_defer = past.as_ref().is_some_and(|p| p[k]);
             let had_deadline = items[i].item.deadline.is_some();
-            let decision = &mut items[i].decision;
             *decision = self.settle(decision.clone(), had_deadline, true);
         }
     }

@@ -121,7 +121,14 @@ impl Coalescer {
                     ..r
                 })
                 .map_err(|e| e.to_string());
-            let _ = waiter.reply.send(reserved);
+            let granted = match &reserved {
+                Ok(r) if r.count_after.is_some() => Some(r.clock.window_start),
+                _ => None,
+            };
+            if let (Err(_), Some(window)) = (waiter.reply.send(reserved), granted) {
+                // The caller stopped waiting (a 503): nobody emits.
+                self.give_back(quota, window, waiter.slots).await;
+            }
             return;
         }
         let wanted = group.iter().map(|w| w.slots).sum();
@@ -151,7 +158,7 @@ impl Coalescer {
             .collect();
         // Unused slots go back before anyone hears a refusal, so the window
         // never shows them as spent to a caller who asks next.
-        self.give_back(quota, &take, left).await;
+        self.give_back(quota, take.clock.window_start, left).await;
         let mut abandoned = 0;
         for (waiter, granted) in shares {
             let answered = waiter.reply.send(Ok(reservation(&take, granted)));
@@ -159,14 +166,15 @@ impl Coalescer {
                 abandoned += waiter.slots; // the caller stopped waiting: nobody emits
             }
         }
-        self.give_back(quota, &take, abandoned).await;
+        self.give_back(quota, take.clock.window_start, abandoned)
+            .await;
     }
 
-    async fn give_back(&self, quota: &str, take: &Take, slots: i64) {
+    async fn give_back(&self, quota: &str, window_start: DateTime<Utc>, slots: i64) {
         if slots == 0 {
             return;
         }
-        let back = give_back_slots(self.store.pool(), quota, take.clock.window_start, slots);
+        let back = give_back_slots(self.store.pool(), quota, window_start, slots);
         if let Err(error) = back.await {
             tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
         }

@@ -10,8 +10,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, database_url, eventually, postgres_host_port, test_config, Replica,
-    StoreProxy, TestApp,
+    create_flow, current_count, database_url, eventually, pin_clock, postgres_host_port,
+    test_config, Replica, StoreProxy, TestApp,
 };
 
 async fn seed(pool: &PgPool) {
@@ -151,4 +151,104 @@ async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgP
         .unwrap();
     assert_eq!(response.status(), 503);
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+/// A store that answers too late: the row is locked by someone else for
+/// longer than the decision may wait.
+async fn slow_store_app(pool: &PgPool) -> TestApp {
+    let mut config = test_config();
+    config.store_timeout = Duration::from_millis(300);
+    TestApp::spawn_with(pool.clone(), config).await
+}
+
+async fn lock_window(pool: &PgPool, quota: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT count FROM quota_window
+         WHERE quota = $1 AND window_start = window_start_of(arbiter_now()) FOR UPDATE",
+    )
+    .bind(quota)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}
+
+#[sqlx::test]
+async fn an_observation_the_store_answers_late_is_granted_at_once_and_counted_once(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 2, "status-report", "observe").await;
+    let app = slow_store_app(&pool).await;
+    app.reserve(json!({"flow": "status-report", "count": 2}))
+        .await;
+    let tx = lock_window(&pool, "ppf").await;
+
+    let started = Instant::now();
+    let decision = app.reserve(json!({"flow": "status-report"})).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the emission waited on the store"
+    );
+    assert_eq!(decision.outcome, Outcome::Granted);
+    assert!(!decision.would_defer, "not known yet when answered");
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("quota_arbiter_store_errors_total{operation=\"reserve\"} 1\n"),
+        "the early answer shows as a store error"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tx.rollback().await.unwrap();
+
+    // The statement that was still running is the record: counted once, and
+    // its would-defer reaches the tallies late.
+    let would_defer = eventually(Duration::from_secs(10), 1, || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce(sum(would_defer), 0)::bigint FROM decision_tally WHERE flow = 'status-report'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    assert_eq!(would_defer, 1);
+    tokio::time::sleep(Duration::from_millis(1000)).await; // flushes come every 250 ms
+    assert_eq!(current_count(&pool, "ppf").await, 3);
+}
+
+#[sqlx::test]
+async fn an_enforced_grant_nobody_waited_for_is_given_back(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let app = slow_store_app(&pool).await;
+    app.reserve(json!({"flow": "invoice", "count": 4})).await;
+    let tx = lock_window(&pool, "ppf").await;
+
+    let response = app.post_reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(response.status(), 503, "no answer in time is no grant");
+    tx.rollback().await.unwrap();
+
+    // The upsert went through once the lock was gone; nobody emits on it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let counted = eventually(Duration::from_secs(5), 4, || current_count(&pool, "ppf")).await;
+    assert_eq!(counted, 4, "the late slot is given back");
+    let decisions: Vec<Decision> = {
+        let mut all = Vec::new();
+        for _ in 0..8 {
+            all.push(app.reserve(json!({"flow": "invoice"})).await);
+        }
+        all
+    };
+    let granted = decisions
+        .iter()
+        .filter(|d| d.outcome == Outcome::Granted)
+        .count();
+    assert_eq!(granted, 6, "the whole ceiling is still there to grant");
 }

@@ -110,8 +110,15 @@ async fn observe_mode_grants_everything_and_tallies_what_enforcement_would_defer
     let decisions = hammer(&replicas, "status-report").await;
 
     assert_eq!(count(&decisions, Outcome::Granted), DEMAND);
+    let over = DEMAND - CEILING as usize;
+    // A replica answers an observation before a slow store does (a loaded CI
+    // machine): such a grant cannot say yet, and the store error counter has it.
+    let answered_early = reserve_store_errors(&replicas).await;
     let would_defer = decisions.iter().filter(|d| d.would_defer).count();
-    assert_eq!(would_defer, DEMAND - CEILING as usize);
+    assert!(
+        would_defer <= over && would_defer + answered_early >= over,
+        "{would_defer} flagged, {answered_early} answered before the store"
+    );
     assert_eq!(
         current_count(&pool, "ppf").await,
         DEMAND as i64,
@@ -119,7 +126,7 @@ async fn observe_mode_grants_everything_and_tallies_what_enforcement_would_defer
     );
     let tallied = eventually(
         Duration::from_secs(10),
-        (DEMAND as i64, would_defer as i64),
+        (DEMAND as i64, over as i64),
         || async {
             sqlx::query_as::<_, (i64, i64)>(
                 "SELECT coalesce(sum(granted), 0)::bigint, coalesce(sum(would_defer), 0)::bigint
@@ -131,7 +138,29 @@ async fn observe_mode_grants_everything_and_tallies_what_enforcement_would_defer
         },
     )
     .await;
-    assert_eq!(tallied, (DEMAND as i64, would_defer as i64));
+    assert_eq!(tallied, (DEMAND as i64, over as i64));
+}
+
+/// Reservations the replicas gave up waiting for, from their `/metrics`.
+async fn reserve_store_errors(replicas: &[Replica]) -> usize {
+    let client = reqwest::Client::new();
+    let mut total = 0.0;
+    for replica in replicas {
+        let text = client
+            .get(format!("{}/metrics", replica.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("quota_arbiter_store_errors_total{operation=\"reserve\"}"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total as usize
 }
 
 #[sqlx::test]

@@ -1,0 +1,162 @@
+//! Observe mode: the full reservation runs, the answer is always a grant.
+//! The emission must not wait on a slow store, yet the window count stays the
+//! honest record: a statement still running when the answer is due is left to
+//! finish in the background (dropping it mid-flight would leave it unknown
+//! whether it counted) and its would-defers join the tallies late; only a
+//! statement that fails is counted after the fact.
+
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::Arbiter;
+use crate::catalog::Rule;
+use crate::decision::{Decision, SlotRequest};
+use crate::store::{Reservation, SlotSpec};
+use crate::tally::Ledger;
+
+/// How long a late observation may still run before it is given up and its
+/// slots are counted after the fact (an over-count at worst, never an under-count).
+const LATE_LIMIT: Duration = Duration::from_secs(60);
+
+type Attempt = JoinHandle<Result<Reservation, sqlx::Error>>;
+
+/// What to tally once a reservation answered after its decision did.
+pub(super) type LateTally = Box<dyn FnOnce(&Reservation, &Ledger) + Send>;
+
+impl Arbiter {
+    /// Attempts and counts the slots, always grants; flags what enforcement
+    /// would have deferred.
+    pub(super) async fn observe(
+        &self,
+        mut decision: Decision,
+        rule: &Rule,
+        request: &SlotRequest,
+    ) -> Decision {
+        let (quota, flow) = (rule.quota.name.clone(), rule.flow.name.clone());
+        let had_deadline = request.deadline.is_some();
+        let late: LateTally = Box::new(move |reservation, ledger| {
+            if reservation.refusal.is_some() {
+                let window = reservation.clock.window_start;
+                ledger.tally_late_would_defer(window, &quota, &flow, had_deadline);
+            }
+        });
+        match self.spend_observed(rule, request.count, late).await {
+            Some(reservation) => {
+                decision.window_start = Some(reservation.clock.window_start);
+                decision.would_defer = reservation.refusal.is_some();
+                decision.limit = reservation.refusal.map(|r| r.limit);
+            }
+            None => decision.window_start = self.clock.window_start(),
+        }
+        decision
+    }
+
+    /// Spends `slots` of an observed quota. `None` when the store did not
+    /// answer in time: the slots are then recorded in the background (the
+    /// statement's own count, or after the fact if it fails) and `late` runs
+    /// on an answer that comes after all.
+    pub(super) async fn spend_observed(
+        &self,
+        rule: &Rule,
+        slots: i64,
+        late: LateTally,
+    ) -> Option<Reservation> {
+        let started = Instant::now();
+        let mut attempt = self.spawn_observation(rule, slots);
+        let quota = &rule.quota.name;
+        match tokio::time::timeout(self.store_timeout, &mut attempt).await {
+            Ok(Ok(Ok(reservation))) => {
+                self.metrics
+                    .observe_reserve(started.elapsed().as_secs_f64());
+                self.clock.observe(reservation.clock);
+                return Some(reservation);
+            }
+            Ok(Ok(Err(error))) => self.count_unobserved(quota, slots, &error),
+            Ok(Err(crashed)) => self.count_unobserved(quota, slots, &crashed),
+            Err(_) => {
+                tracing::warn!(quota, timeout = ?self.store_timeout, "observed decision answered before the store; its statement finishes in the background");
+                let ledger = self.ledger.clone();
+                tokio::spawn(settle_late(attempt, ledger, quota.clone(), slots, late));
+            }
+        }
+        self.metrics.store_error("reserve");
+        None
+    }
+
+    fn count_unobserved(&self, quota: &str, slots: i64, error: &dyn std::fmt::Display) {
+        tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
+        self.ledger.spend_after_the_fact(quota, None, slots);
+    }
+
+    fn spawn_observation(&self, rule: &Rule, slots: i64) -> Attempt {
+        let (store, rule) = (self.store.clone(), rule.clone());
+        tokio::spawn(async move {
+            let spec = SlotSpec {
+                quota: &rule.quota,
+                flow: &rule.flow.name,
+                slots,
+                ceiling: rule.quota.ceiling_for(rule.flow.priority),
+                spend_regardless: true,
+            };
+            store.reserve(&spec).await
+        })
+    }
+}
+
+/// Waits for an observation already answered; what it finds joins the record.
+async fn settle_late(
+    mut attempt: Attempt,
+    ledger: Ledger,
+    quota: String,
+    slots: i64,
+    late: LateTally,
+) {
+    match tokio::time::timeout(LATE_LIMIT, &mut attempt).await {
+        Ok(Ok(Ok(reservation))) => late(&reservation, &ledger),
+        Ok(_) => ledger.spend_after_the_fact(&quota, None, slots),
+        Err(_) => {
+            attempt.abort();
+            tracing::warn!(
+                quota,
+                "late observation gave no answer; counting after the fact"
+            );
+            ledger.spend_after_the_fact(&quota, None, slots);
+        }
+    }
+}
+
+/// For requests spent together in order by one statement that left the window
+/// at `count_after`: whether each one went past `ceiling`.
+pub(super) fn past_ceiling(count_after: i64, slots: &[i64], ceiling: i64) -> Vec<bool> {
+    let mut count = count_after - slots.iter().sum::<i64>();
+    slots
+        .iter()
+        .map(|n| {
+            count += n;
+            count > ceiling
+        })
+        .collect()
+}
+
+/// The late tally of requests spent together: `asked` holds each one's flow
+/// and whether it carried a deadline, `slots` its count.
+pub(super) fn late_would_defers(
+    quota: String,
+    asked: Vec<(String, bool)>,
+    slots: Vec<i64>,
+    ceiling: i64,
+) -> LateTally {
+    Box::new(move |reservation, ledger| {
+        let Some(after) = reservation.count_after else {
+            return;
+        };
+        let window = reservation.clock.window_start;
+        let past = past_ceiling(after, &slots, ceiling);
+        for ((flow, had_deadline), past) in asked.iter().zip(past) {
+            if past {
+                ledger.tally_late_would_defer(window, &quota, flow, *had_deadline);
+            }
+        }
+    })
+}
