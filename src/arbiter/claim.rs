@@ -1,10 +1,12 @@
 //! Claims from the pending-work registry (global rationing across workers).
 //! One transaction per claim: due items are locked and leased as `bypassed`
-//! without a reservation; each enforced quota, in name order (so claims never
-//! deadlock on quota rows), first takes up to `max` slots, which holds its
-//! window row until commit, and only then locks that many of its most urgent
-//! items. Claims of one quota therefore follow the queue order exactly. The
-//! candidates of every lane are merged in rationing order, the best `max` are
+//! without a reservation, then the items of lanes that need no slot (observed,
+//! never throttled) are locked; last, each enforced quota, in name order (so
+//! claims never deadlock on quota rows), takes up to `max` slots, which holds
+//! its window row until commit, and only then locks that many of its most
+//! urgent items: claims of one quota follow the queue order exactly. They
+//! also queue on that row, so as little as possible happens between the take
+//! and the commit. The candidates of every lane are merged in rationing order, the best `max` are
 //! leased, and the slots no leased item needs are given back before commit:
 //! slots and claims commit together, and a rollback returns both. Items not
 //! leased are never written, so a deferred claim leaves the queue unchanged.
@@ -237,6 +239,16 @@ impl Arbiter {
         let mut takes = Vec::new();
         let mut waiting: Vec<(Candidate, Kind)> = Vec::new();
         if remaining > 0 {
+            // Lanes that need no slot go first: a claim then holds a quota's
+            // window row only for its take, its lane and the lease.
+            for (_, flows) in lanes.observed.values() {
+                let lane = lane(flows, true, false);
+                let found = lock_candidates(&mut tx, &lane, remaining).await?;
+                waiting.extend(found.into_iter().map(|c| (c, Kind::Observed)));
+            }
+            let unthrottled = lane(&lanes.throttled_flows, false, false);
+            let found = lock_candidates(&mut tx, &unthrottled, remaining).await?;
+            waiting.extend(found.into_iter().map(|c| (c, Kind::Unthrottled)));
             // Only quotas with work to claim are worth a take (and a row lock).
             let enforced: Vec<String> = lanes
                 .enforced
@@ -261,14 +273,6 @@ impl Arbiter {
                 let found = lock_candidates(&mut tx, &lane, take.taken).await?;
                 waiting.extend(found.into_iter().map(|c| (c, kind)));
             }
-            for (_, flows) in lanes.observed.values() {
-                let lane = lane(flows, true, false);
-                let found = lock_candidates(&mut tx, &lane, remaining).await?;
-                waiting.extend(found.into_iter().map(|c| (c, Kind::Observed)));
-            }
-            let lane = lane(&lanes.throttled_flows, false, false);
-            let found = lock_candidates(&mut tx, &lane, remaining).await?;
-            waiting.extend(found.into_iter().map(|c| (c, Kind::Unthrottled)));
         }
         waiting.sort_by_key(|(c, _)| c.rank());
         waiting.truncate(remaining.max(0) as usize);
