@@ -25,8 +25,10 @@ use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::store::slots::{give_back_slots, take_slots};
-use crate::store::take_paced;
-use crate::store::work::{busy_flows, lease, lock_candidates, Candidate, Lane};
+use crate::store::work::{
+    busy_flows, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, SlotLease,
+};
+use crate::store::{first_lease_expiry, take_paced};
 use crate::store::{Take, WorkItem};
 
 /// Most items one claim may lease.
@@ -138,9 +140,21 @@ impl Kind {
     }
 }
 
+/// What one enforced quota's lane took for a claim.
+struct LaneTake {
+    quota: String,
+    take: Take,
+    /// Quotas with `max_in_flight`: the free concurrency slots locked for it.
+    free_slots: Vec<i32>,
+}
+
 struct Leased {
     items: Vec<(WorkItem, Kind)>,
-    takes: Vec<(String, Take)>,
+    takes: Vec<LaneTake>,
+    /// Concurrency slot leases of the leased items, by item id.
+    slot_leases: HashMap<i64, SlotLease>,
+    /// Lanes that had work but took nothing: when their limit lifts.
+    retry_at: Option<DateTime<Utc>>,
 }
 
 impl Arbiter {
@@ -165,7 +179,9 @@ impl Arbiter {
             )
             .await?;
         if leased.items.is_empty() {
-            return self.nothing_claimed(request, horizon).await;
+            return self
+                .nothing_claimed(request, horizon, leased.retry_at)
+                .await;
         }
         let mut items = Vec::with_capacity(leased.items.len());
         let mut observed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -181,7 +197,11 @@ impl Arbiter {
                 }),
                 (Kind::Enforced(take), Some(rule)) => {
                     let mut decision = with_rule(rule);
-                    decision.window_start = Some(leased.takes[take].1.clock.window_start);
+                    decision.window_start = Some(leased.takes[take].take.clock.window_start);
+                    if let Some(slot) = leased.slot_leases.get(&item.id) {
+                        decision.lease_id = Some(slot.lease_id);
+                        decision.valid_until = Some(slot.valid_until);
+                    }
                     self.settle(decision, had_deadline, true)
                 }
                 (Kind::Observed, Some(rule)) => {
@@ -237,6 +257,7 @@ impl Arbiter {
                 .collect();
         let remaining = request.max - chosen.len() as i64;
         let mut takes = Vec::new();
+        let mut retry_at = None;
         let mut waiting: Vec<(Candidate, Kind)> = Vec::new();
         if remaining > 0 {
             // Lanes that need no slot go first: a claim then holds a quota's
@@ -262,28 +283,64 @@ impl Arbiter {
                     // The guard: a ceiling below 1 grants nothing.
                     continue;
                 }
-                let take = match quota.cadence {
-                    None => take_slots(&mut *tx, name, remaining, ceiling).await?,
-                    // Cadence tokens and budget slots together, one at a time.
-                    Some(_) => take_paced(&mut tx, quota, remaining, ceiling).await?,
+                // Concurrency slots before the window row: the lock order of
+                // a single reservation.
+                let free_slots = match quota.max_in_flight {
+                    Some(_) => lock_free_slots(&mut tx, name, remaining).await?,
+                    None => Vec::new(),
                 };
+                let wanted = match quota.max_in_flight {
+                    Some(_) => free_slots.len() as i64,
+                    None => remaining,
+                };
+                if wanted == 0 {
+                    let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
+                    retry_at = earliest(retry_at, Some(expiry));
+                    continue;
+                }
+                let take = match quota.cadence {
+                    None => take_slots(&mut *tx, name, wanted, ceiling).await?,
+                    // Cadence tokens and budget slots together, one at a time.
+                    Some(_) => take_paced(&mut tx, quota, wanted, ceiling).await?,
+                };
+                if take.taken == 0 {
+                    retry_at = earliest(retry_at, take.retry_at);
+                }
                 let lane = lane(flows, true, false);
                 let kind = Kind::Enforced(takes.len());
-                takes.push((name.clone(), take));
+                takes.push(LaneTake {
+                    quota: name.clone(),
+                    take,
+                    free_slots,
+                });
                 let found = lock_candidates(&mut tx, &lane, take.taken).await?;
                 waiting.extend(found.into_iter().map(|c| (c, kind)));
             }
         }
         waiting.sort_by_key(|(c, _)| c.rank());
         waiting.truncate(remaining.max(0) as usize);
-        for (index, (quota, take)) in takes.iter().enumerate() {
-            let used = waiting
+        let mut slot_leases = HashMap::new();
+        for (index, lane) in takes.iter().enumerate() {
+            let used: Vec<&Candidate> = waiting
                 .iter()
                 .filter(|(_, k)| matches!(k, Kind::Enforced(i) if *i == index))
-                .count() as i64;
-            if take.taken > used {
-                give_back_slots(&mut *tx, quota, take.clock.window_start, take.taken - used)
-                    .await?;
+                .map(|(c, _)| c)
+                .collect();
+            let (take, unused) = (&lane.take, lane.take.taken - used.len() as i64);
+            if unused > 0 {
+                give_back_slots(&mut *tx, &lane.quota, take.clock.window_start, unused).await?;
+            }
+            if !lane.free_slots.is_empty() && !used.is_empty() {
+                let flows: Vec<String> = used.iter().map(|c| c.flow.clone()).collect();
+                let slots = &lane.free_slots[..used.len()];
+                let leases = lease_slots(&mut tx, &lane.quota, slots, &flows).await?;
+                let by_slot: HashMap<i32, SlotLease> =
+                    leases.into_iter().map(|l| (l.slot, l)).collect();
+                for (candidate, slot) in used.iter().zip(slots) {
+                    if let Some(lease) = by_slot.get(slot) {
+                        slot_leases.insert(candidate.id, *lease);
+                    }
+                }
             }
         }
         chosen.extend(waiting);
@@ -292,6 +349,8 @@ impl Arbiter {
             return Ok(Leased {
                 items: Vec::new(),
                 takes,
+                slot_leases,
+                retry_at,
             });
         }
         let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
@@ -299,10 +358,15 @@ impl Arbiter {
             .iter()
             .map(|(_, k)| k.outcome().as_str().to_string())
             .collect();
+        let slot_lease_ids: Vec<Option<i64>> = ids
+            .iter()
+            .map(|id| slot_leases.get(id).map(|l| l.lease_id))
+            .collect();
         let mut leased: HashMap<i64, WorkItem> = lease(
             &mut *tx,
             &ids,
             &outcomes,
+            &slot_lease_ids,
             &request.worker,
             request.lease.as_secs_f64(),
         )
@@ -315,7 +379,12 @@ impl Arbiter {
             .into_iter()
             .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
             .collect();
-        Ok(Leased { items, takes })
+        Ok(Leased {
+            items,
+            takes,
+            slot_leases,
+            retry_at,
+        })
     }
 
     /// Observed items are granted regardless; their quota's slots are spent
@@ -361,6 +430,7 @@ impl Arbiter {
         &self,
         request: &ClaimRequest,
         horizon_seconds: f64,
+        limits_lift_at: Option<DateTime<Utc>>,
     ) -> Result<Claim, StoreUnavailable> {
         let backlog = self
             .bounded(
@@ -377,13 +447,23 @@ impl Arbiter {
                 retry_after_seconds: None,
             });
         }
-        let waited =
-            Decision::new(Outcome::Deferred, "").deferred_until(backlog.retry_at, backlog.db_now);
+        // The next window or an item entering the bypass horizon, unless a
+        // cadence or concurrency limit lifts sooner.
+        let retry_at = earliest(Some(backlog.retry_at), limits_lift_at)
+            .map_or(backlog.retry_at, |at| at.max(backlog.db_now));
+        let waited = Decision::new(Outcome::Deferred, "").deferred_until(retry_at, backlog.db_now);
         Ok(Claim {
             outcome: ClaimOutcome::Deferred,
             items: Vec::new(),
             retry_at: waited.retry_at,
             retry_after_seconds: waited.retry_after_seconds,
         })
+    }
+}
+
+fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -22,6 +22,15 @@ impl Arbiter {
         emitted: bool,
     ) -> Result<Option<WorkItem>, StoreUnavailable> {
         let finished = self.store.finish_work(id, worker, emitted);
-        self.bounded(finished, "finish_work").await
+        let Some((item, slot_lease)) = self.bounded(finished, "finish_work").await? else {
+            return Ok(None);
+        };
+        if let Some(lease_id) = slot_lease {
+            // The emission is over: its concurrency slot is free again (and
+            // the hold time feeds the flow's average, as a report would).
+            self.bounded(self.store.release_lease(lease_id), "release_lease")
+                .await?;
+        }
+        Ok(Some(item))
     }
 }

@@ -20,7 +20,9 @@ pub mod work;
 
 pub use admin::{FlowChange, FlowRow, ObserveTally, QuotaRow, QuotaSettings, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
-pub use reserve::{take_paced, AdaptedCadence, Lease, Refusal, ReleasedLease, SlotSpec};
+pub use reserve::{
+    first_lease_expiry, take_paced, AdaptedCadence, Lease, Refusal, ReleasedLease, SlotSpec,
+};
 pub use slots::Take;
 pub use work::{NewWork, WorkItem};
 

@@ -7,6 +7,7 @@ use sqlx::PgExecutor;
 
 use super::{Reservation, Store};
 use crate::catalog::QuotaRule;
+use crate::clock::ClockReading;
 use crate::decision::Limit;
 
 /// What a decision asks of the store.
@@ -48,16 +49,13 @@ impl Store {
             .await?;
         let Some(lease) = lease else {
             tx.rollback().await?;
-            let row = sqlx::query_file!("sql/slot_retry_at.sql", spec.quota.name)
-                .fetch_one(self.pool())
-                .await?;
-            let clock = clock_reading!(row);
+            let (clock, retry_at) = first_lease_expiry(self.pool(), &spec.quota.name).await?;
             return Ok(Reservation {
                 clock,
                 count_after: None,
                 refusal: Some(Refusal {
                     limit: Limit::InFlight,
-                    retry_at: row.retry_at.unwrap_or(row.db_now),
+                    retry_at,
                 }),
                 lease: None,
             });
@@ -205,17 +203,30 @@ pub async fn take_paced(
         spend_regardless: false,
     };
     let mut taken = 0;
-    let mut clock = None;
-    while taken < k {
+    loop {
         let reservation = reserve_once(&mut *tx, &spec).await?;
-        clock = Some(reservation.clock);
-        if reservation.count_after.is_none() {
-            break;
+        if reservation.count_after.is_some() {
+            taken += 1;
         }
-        taken += 1;
+        if reservation.count_after.is_none() || taken == k {
+            return Ok(super::Take {
+                clock: reservation.clock,
+                taken,
+                retry_at: reservation.refusal.map(|r| r.retry_at),
+            });
+        }
     }
-    Ok(super::Take {
-        clock: clock.expect("at least one attempt"),
-        taken,
-    })
+}
+
+/// When the first lease of `quota` expires: the earliest a full slot table can
+/// have room again (a report may free one sooner).
+pub async fn first_lease_expiry<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    quota: &str,
+) -> Result<(ClockReading, DateTime<Utc>), sqlx::Error> {
+    let row = sqlx::query_file!("sql/slot_retry_at.sql", quota)
+        .fetch_one(db)
+        .await?;
+    let clock = clock_reading!(row);
+    Ok((clock, row.retry_at.unwrap_or(row.db_now)))
 }

@@ -12,6 +12,8 @@ pub struct Take {
     pub clock: ClockReading,
     /// Slots taken: `least(k, ceiling - count)`, 0 when the window is full.
     pub taken: i64,
+    /// Fewer than asked were taken: when the limit that stopped the take lifts.
+    pub retry_at: Option<DateTime<Utc>>,
 }
 
 impl Store {
@@ -40,9 +42,11 @@ pub async fn take_slots<'e>(
     let row = sqlx::query_file!("sql/take_slots.sql", quota, k, ceiling)
         .fetch_one(db)
         .await?;
+    let clock = clock_reading!(row);
     Ok(Take {
-        clock: clock_reading!(row),
+        clock,
         taken: row.taken,
+        retry_at: (row.taken < k).then_some(clock.window_end),
     })
 }
 

@@ -33,6 +33,28 @@ pub struct WorkItem {
     pub done_at: Option<DateTime<Utc>>,
 }
 
+/// A `WorkItem` from a query row that has its columns.
+macro_rules! work_item {
+    ($r:expr) => {
+        WorkItem {
+            id: $r.id,
+            flow: $r.flow,
+            reference: $r.reference,
+            deadline: $r.deadline,
+            priority: $r.priority,
+            payload: $r.payload,
+            state: $r.state,
+            outcome: $r.outcome,
+            attempts: $r.attempts,
+            claimed_by: $r.claimed_by,
+            enqueued_at: $r.enqueued_at,
+            claimed_at: $r.claimed_at,
+            lease_until: $r.lease_until,
+            done_at: $r.done_at,
+        }
+    };
+}
+
 /// What to enqueue.
 #[derive(Clone, Debug)]
 pub struct NewWork {
@@ -102,22 +124,7 @@ impl Store {
             .fetch_optional(self.pool())
             .await?;
             if let Some(r) = row {
-                let item = WorkItem {
-                    id: r.id,
-                    flow: r.flow,
-                    reference: r.reference,
-                    deadline: r.deadline,
-                    priority: r.priority,
-                    payload: r.payload,
-                    state: r.state,
-                    outcome: r.outcome,
-                    attempts: r.attempts,
-                    claimed_by: r.claimed_by,
-                    enqueued_at: r.enqueued_at,
-                    claimed_at: r.claimed_at,
-                    lease_until: r.lease_until,
-                    done_at: r.done_at,
-                };
+                let item = work_item!(r);
                 return Ok((item, r.created));
             }
         }
@@ -131,16 +138,18 @@ impl Store {
     }
 
     /// Marks the item emitted (`emitted`) or releases it back to pending;
-    /// `None` when `worker` does not hold its claim.
+    /// `None` when `worker` does not hold its claim. With the item comes the
+    /// concurrency slot lease its claim held, which the caller frees.
     pub async fn finish_work(
         &self,
         id: i64,
         worker: &str,
         emitted: bool,
-    ) -> Result<Option<WorkItem>, sqlx::Error> {
-        sqlx::query_file_as!(WorkItem, "sql/work_finish.sql", id, worker, emitted)
+    ) -> Result<Option<(WorkItem, Option<i64>)>, sqlx::Error> {
+        let row = sqlx::query_file!("sql/work_finish.sql", id, worker, emitted)
             .fetch_optional(self.pool())
-            .await
+            .await?;
+        Ok(row.map(|r| (work_item!(r), r.slot_lease_id)))
     }
 
     pub async fn backlog(
@@ -193,11 +202,13 @@ pub async fn busy_flows(
         .await
 }
 
-/// Leases the locked items `ids` to `worker`, each with its outcome.
+/// Leases the locked items `ids` to `worker`, each with its outcome and the
+/// concurrency slot lease it holds (if any).
 pub async fn lease<'e>(
     db: impl PgExecutor<'e>,
     ids: &[i64],
     outcomes: &[String],
+    slot_leases: &[Option<i64>],
     worker: &str,
     lease_seconds: f64,
 ) -> Result<Vec<WorkItem>, sqlx::Error> {
@@ -207,8 +218,40 @@ pub async fn lease<'e>(
         ids,
         worker,
         lease_seconds,
-        outcomes
+        outcomes,
+        slot_leases as &[Option<i64>]
     )
     .fetch_all(db)
     .await
+}
+
+/// Locks up to `n` free concurrency slots of `quota` for a claim.
+pub async fn lock_free_slots(
+    db: &mut PgConnection,
+    quota: &str,
+    n: i64,
+) -> Result<Vec<i32>, sqlx::Error> {
+    sqlx::query_file_scalar!("sql/claim_free_slots.sql", quota, n)
+        .fetch_all(db)
+        .await
+}
+
+/// A concurrency slot leased to a claimed item.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotLease {
+    pub slot: i32,
+    pub lease_id: i64,
+    pub valid_until: DateTime<Utc>,
+}
+
+/// Leases the locked `slots` of `quota`, one to each of `flows`.
+pub async fn lease_slots(
+    db: &mut PgConnection,
+    quota: &str,
+    slots: &[i32],
+    flows: &[String],
+) -> Result<Vec<SlotLease>, sqlx::Error> {
+    sqlx::query_file_as!(SlotLease, "sql/claim_lease_slots.sql", quota, slots, flows)
+        .fetch_all(db)
+        .await
 }

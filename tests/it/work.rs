@@ -399,3 +399,93 @@ async fn a_deferred_claim_without_deadlines_waits_for_the_next_window(pool: PgPo
     );
     assert!(deferred.retry_after_seconds.is_some_and(|s| s > 2900));
 }
+
+async fn enqueue_n(app: &TestApp, flow: &str, n: usize) {
+    for i in 0..n {
+        let (status, _) = enqueue(app, json!({"flow": flow, "payload": {"i": i}})).await;
+        assert_eq!(status, 201);
+    }
+}
+
+#[sqlx::test]
+async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 100, "sync", "enforce").await;
+    sqlx::query("UPDATE quota SET max_in_flight = 2 WHERE name = 'api'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "sync", 5).await;
+
+    let first = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    assert_eq!(first.items.len(), 2, "two concurrency slots, two items");
+    let leases: HashSet<i64> = first
+        .items
+        .iter()
+        .map(|c| {
+            c.decision
+                .lease_id
+                .expect("a granted claim holds a slot lease")
+        })
+        .collect();
+    assert_eq!(leases.len(), 2);
+    assert!(first.items.iter().all(|c| c.decision.valid_until.is_some()));
+    assert_eq!(
+        current_count(&pool, "api").await,
+        2,
+        "no budget slot beyond the two"
+    );
+
+    let full = claim(&app, json!({"worker": "w-2", "max": 5})).await;
+    assert_eq!(full.outcome, ClaimOutcome::Deferred);
+    let wait = full.retry_at.unwrap() - db_now(&pool).await;
+    assert!(
+        wait <= Duration::seconds(31),
+        "retry when the first slot lease expires, not at the next window: {wait}"
+    );
+
+    let done = post(
+        &app,
+        &format!("/v1/work/{}/done", first.items[0].item.id),
+        json!({"worker": "w-1"}),
+    )
+    .await;
+    assert_eq!(done.status(), 200);
+    let next = claim(&app, json!({"worker": "w-2", "max": 5})).await;
+    assert_eq!(next.items.len(), 1, "done freed exactly one slot");
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(held, 2);
+}
+
+#[sqlx::test]
+async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 100, "sync", "enforce").await;
+    sqlx::query("UPDATE quota SET rate = 0.5, burst = 1 WHERE name = 'api'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "sync", 3).await;
+
+    let first = claim(&app, json!({"worker": "w-1", "max": 3})).await;
+    assert_eq!(first.items.len(), 1, "a bucket of one token");
+    let paced = claim(&app, json!({"worker": "w-1", "max": 3})).await;
+    assert_eq!(paced.outcome, ClaimOutcome::Deferred);
+    let wait = paced.retry_at.unwrap() - db_now(&pool).await;
+    assert!(
+        wait > Duration::zero() && wait <= Duration::seconds(2),
+        "retry when the next token is there (2 s at 0.5/s), not at the next window: {wait}"
+    );
+    assert_eq!(
+        current_count(&pool, "api").await,
+        1,
+        "the refusal spent no budget"
+    );
+}

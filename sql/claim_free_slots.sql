@@ -1,0 +1,10 @@
+-- Locks up to $2 free concurrency slots of quota $1 for a claim (a slot whose
+-- lease expired is free). The claim leases them (claim_lease_slots.sql) once
+-- it knows which items get one; the rest are unlocked at commit, untouched.
+-- Taken before the window row, in the same order as a single reservation.
+SELECT s.slot
+FROM quota_slot s
+WHERE s.quota = $1::text AND (s.valid_until IS NULL OR s.valid_until <= arbiter_now())
+ORDER BY s.slot
+LIMIT $2
+FOR UPDATE SKIP LOCKED
