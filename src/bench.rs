@@ -94,6 +94,23 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
             .await?;
     }
 
+    // New flows start in observe mode, so observation carries full traffic:
+    // a ceiling well below the demand, so most decisions would defer.
+    let watched = format!("{tag}-observe");
+    let observed = QuotaSettings {
+        hourly_ceiling: args.ceiling,
+        ..QuotaSettings::default()
+    };
+    store.put_quota(BENCH_ACTOR, &watched, &observed).await?;
+    let observe = FlowChange {
+        quota: watched.clone(),
+        mode: Some(Mode::Observe),
+        ..FlowChange::default()
+    };
+    store
+        .put_flow(BENCH_ACTOR, &watched, &observe, args.ceiling)
+        .await?;
+
     let paced = format!("{tag}-cadence");
     let cadence = QuotaSettings {
         hourly_ceiling: UNREACHABLE_CEILING,
@@ -131,6 +148,19 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
             args.duration,
             move || {
                 let (client, url, flow) = (http_client.clone(), url.clone(), flow.clone());
+                async move { reserve(&client, &url, &flow).await.map(|_| ()) }
+            },
+        )
+        .await?,
+    );
+    let (http_client, url) = (client.clone(), format!("{base}/v1/reserve"));
+    arms.push(
+        drive(
+            "HTTP POST /v1/reserve (observe)",
+            args.concurrency,
+            args.duration,
+            move || {
+                let (client, url, flow) = (http_client.clone(), url.clone(), watched.clone());
                 async move { reserve(&client, &url, &flow).await.map(|_| ()) }
             },
         )
@@ -385,17 +415,21 @@ fn print_report(args: &BenchArgs, arms: &[ArmResult], over: &OverDemand) {
         "arm", "decisions/s", "p50 ms", "p99 ms"
     );
     print_arms(arms);
-    if let [http, baseline, ..] = arms {
-        println!(
-            "HTTP / bare upsert (sqlx): {:.2}",
-            http.per_second / baseline.per_second
-        );
-    }
-    if let Some(pg) = arms.get(2) {
-        println!(
-            "HTTP / same upsert (pgbench): {:.2}",
-            arms[0].per_second / pg.per_second
-        );
+    let rate = |prefix: &str| {
+        arms.iter()
+            .find(|a| a.name.starts_with(prefix))
+            .map(|a| a.per_second)
+    };
+    for mode in ["enforce", "observe"] {
+        let http = rate(&format!("HTTP POST /v1/reserve ({mode})"));
+        for (baseline, name) in [
+            ("bare upsert", "bare upsert (sqlx)"),
+            ("same upsert", "same upsert (pgbench)"),
+        ] {
+            if let (Some(http), Some(base)) = (http, rate(baseline)) {
+                println!("HTTP {mode} / {name}: {:.2}", http / base);
+            }
+        }
     }
     println!(
         "over-demand check: asked {}, granted {}, deferred {}, ceiling {} -> {}",

@@ -6,7 +6,9 @@
 //! arrival), each request all or nothing. Still exact: the statement never
 //! takes past the ceiling, and slots no request could use (or whose caller
 //! stopped waiting) are given back; a failed give-back leaves an over-count,
-//! never an under-count.
+//! never an under-count. Observed decisions (new flows start in observe mode,
+//! so they carry full traffic) are grouped the same way: one statement spends
+//! the group's slots and each learns whether enforcement would have refused it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,11 +31,22 @@ struct Waiter {
     reply: oneshot::Sender<Result<Reservation, String>>,
 }
 
-/// A quota present in the map has a leader task deciding its queue.
+/// Enforced decisions are rationed; observed ones are spent regardless, in
+/// arrival order, each told whether enforcement would have refused it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Mode {
+    Enforce,
+    Observe,
+}
+
+/// One queue per quota and mode.
+type Queues = HashMap<(String, Mode), Vec<Waiter>>;
+
+/// A queue present in the map has a leader task deciding it.
 #[derive(Clone)]
 pub struct Coalescer {
     store: Store,
-    queues: Arc<Mutex<HashMap<String, Vec<Waiter>>>>,
+    queues: Arc<Mutex<Queues>>,
     arrivals: Arc<AtomicU64>,
 }
 
@@ -55,23 +68,48 @@ impl Coalescer {
         deadline: Option<DateTime<Utc>>,
         priority: i16,
     ) -> Result<Reservation, sqlx::Error> {
+        let rank = (deadline.is_none(), deadline, priority, 0);
+        self.join(quota, Mode::Enforce, slots, ceiling, rank).await
+    }
+
+    /// Spends `slots` of `quota` regardless, together with whoever else is
+    /// observing it now; the refusal says what enforcement would have done.
+    pub async fn observe(
+        &self,
+        quota: &str,
+        slots: i64,
+        ceiling: i64,
+    ) -> Result<Reservation, sqlx::Error> {
+        self.join(quota, Mode::Observe, slots, ceiling, (true, None, 0, 0))
+            .await
+    }
+
+    async fn join(
+        &self,
+        quota: &str,
+        mode: Mode,
+        slots: i64,
+        ceiling: i64,
+        mut rank: Rank,
+    ) -> Result<Reservation, sqlx::Error> {
         let (reply, answer) = oneshot::channel();
-        let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        rank.3 = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let waiter = Waiter {
             slots,
             ceiling,
-            rank: (deadline.is_none(), deadline, priority, arrival),
+            rank,
             reply,
         };
+        let key = (quota.to_string(), mode);
         let lead = {
             let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-            match queues.get_mut(quota) {
+            match queues.get_mut(&key) {
                 Some(queue) => {
                     queue.push(waiter);
                     false
                 }
                 None => {
-                    queues.insert(quota.to_string(), vec![waiter]);
+                    queues.insert(key.clone(), vec![waiter]);
                     true
                 }
             }
@@ -79,7 +117,7 @@ impl Coalescer {
         if lead {
             // A task of its own: a caller that gives up must not stop the
             // group it was leading.
-            tokio::spawn(self.clone().lead(quota.to_string()));
+            tokio::spawn(self.clone().lead(key));
         }
         answer
             .await
@@ -88,20 +126,54 @@ impl Coalescer {
     }
 
     /// Decides the quota's queue, group after group, until it is empty.
-    async fn lead(self, quota: String) {
+    async fn lead(self, key: (String, Mode)) {
         loop {
             let group = {
                 let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(queue) = queues.get_mut(&quota) else {
+                let Some(queue) = queues.get_mut(&key) else {
                     return;
                 };
                 if queue.is_empty() {
-                    queues.remove(&quota);
+                    queues.remove(&key);
                     return;
                 }
                 std::mem::take(queue)
             };
-            self.decide(&quota, group).await;
+            match key.1 {
+                Mode::Enforce => self.decide(&key.0, group).await,
+                Mode::Observe => self.observe_group(&key.0, group).await,
+            }
+        }
+    }
+
+    /// One statement spends the whole group's slots regardless; each waiter
+    /// learns the count after its own slots, in arrival order. Nothing is
+    /// given back: a caller that stopped waiting was granted all the same.
+    async fn observe_group(&self, quota: &str, group: Vec<Waiter>) {
+        let total = group.iter().map(|w| w.slots).sum();
+        let spent = self.store.reserve_slots(quota, total, 0, true).await;
+        let (clock, after) = match spent {
+            Ok(r) => (r.clock, r.count_after.unwrap_or(total)),
+            Err(error) => {
+                let error = error.to_string();
+                for waiter in group {
+                    let _ = waiter.reply.send(Err(error.clone()));
+                }
+                return;
+            }
+        };
+        let mut count = after - total;
+        for waiter in group {
+            count += waiter.slots;
+            let _ = waiter.reply.send(Ok(Reservation {
+                clock,
+                count_after: Some(count),
+                refusal: (count > waiter.ceiling).then_some(Refusal {
+                    limit: Limit::Budget,
+                    retry_at: clock.window_end,
+                }),
+                lease: None,
+            }));
         }
     }
 

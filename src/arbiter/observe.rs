@@ -91,12 +91,19 @@ impl Arbiter {
 
     fn spawn_observation(&self, rule: &Rule, slots: i64) -> Attempt {
         let (store, rule) = (self.store.clone(), rule.clone());
+        let coalescer = self.coalescer.clone();
         tokio::spawn(async move {
+            let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+            if rule.quota.cadence.is_none() {
+                // Only the budget to check: spent together with every other
+                // observation of the quota in flight.
+                return coalescer.observe(&rule.quota.name, slots, ceiling).await;
+            }
             let spec = SlotSpec {
                 quota: &rule.quota,
                 flow: &rule.flow.name,
                 slots,
-                ceiling: rule.quota.ceiling_for(rule.flow.priority),
+                ceiling,
                 spend_regardless: true,
             };
             store.reserve(&spec).await
