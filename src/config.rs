@@ -26,6 +26,7 @@ const ENV_KEYS: &[&str] = &[
     "store_timeout",
     "max_connections",
     "lease_duration",
+    "work_retention",
 ];
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -51,6 +52,9 @@ pub struct Config {
     /// How long a claimed work item is leased; after that it is pending again.
     #[serde(with = "humantime_serde_compat")]
     pub lease_duration: Duration,
+    /// How long done work items are kept before they are pruned; 0: forever.
+    #[serde(with = "humantime_serde_compat")]
+    pub work_retention: Duration,
     #[serde(default)]
     pub quotas: BTreeMap<String, QuotaSeed>,
     #[serde(default)]
@@ -98,6 +102,7 @@ impl Default for Config {
             store_timeout: Duration::from_millis(1500),
             max_connections: 16,
             lease_duration: Duration::from_secs(5 * 60),
+            work_retention: Duration::from_secs(7 * 24 * 3600),
             quotas: BTreeMap::new(),
             flows: BTreeMap::new(),
         }
@@ -197,6 +202,7 @@ impl fmt::Debug for Config {
             .field("store_timeout", &self.store_timeout)
             .field("max_connections", &self.max_connections)
             .field("lease_duration", &self.lease_duration)
+            .field("work_retention", &self.work_retention)
             .field("quotas", &self.quotas)
             .field("flows", &self.flows)
             .finish()

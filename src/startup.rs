@@ -27,6 +27,8 @@ const SYNC_EVERY: Duration = Duration::from_secs(2);
 const CATALOG_CHANNEL: &str = "quota_arbiter_catalog";
 /// How often counts and tallies made off the hot path are written.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
+/// How often done work items past their retention are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// How long `build` waits for the store before serving anyway (not ready).
 const STARTUP_WAIT: Duration = Duration::from_secs(3);
 
@@ -78,6 +80,7 @@ impl Application {
             store_timeout: config.store_timeout,
             lease_duration: config.lease_duration,
         };
+        let work_retention = config.work_retention;
         let bootstrap = tokio::spawn(bootstrap(config, store.clone(), catalog.clone()));
         // Serve at once when the store is there; otherwise start not ready and
         // let the bootstrap task keep trying.
@@ -94,7 +97,8 @@ impl Application {
             bootstrap,
             tokio::spawn(sync_loop(store.clone(), catalog.clone(), clock)),
             tokio::spawn(listen_loop(store.clone(), catalog)),
-            tokio::spawn(flush_loop(store, ledger.clone())),
+            tokio::spawn(flush_loop(store.clone(), ledger.clone())),
+            tokio::spawn(prune_loop(store, work_retention)),
         ];
         Ok(Self {
             listener,
@@ -217,6 +221,35 @@ async fn flush_loop(store: Store, ledger: Ledger) {
         tick.tick().await;
         if let Err(error) = ledger.flush(store.pool()).await {
             tracing::debug!(%error, "tallies not written yet; kept for the next flush");
+        }
+    }
+}
+
+/// Keeps the registry from growing forever: done items older than the
+/// retention go, a batch at a time so no statement holds many locks.
+async fn prune_loop(store: Store, retention: Duration) {
+    const BATCH: i64 = 5000;
+    if retention.is_zero() {
+        return;
+    }
+    let mut tick = tokio::time::interval(PRUNE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        loop {
+            match store.prune_done_work(retention, BATCH).await {
+                Ok(0) => break,
+                Ok(pruned) => {
+                    tracing::info!(pruned, "done work items past their retention deleted");
+                    if pruned < BATCH as u64 {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "done work items not pruned; next time");
+                    break;
+                }
+            }
         }
     }
 }

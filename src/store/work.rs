@@ -152,6 +152,18 @@ impl Store {
         Ok(row.map(|r| (work_item!(r), r.slot_lease_id)))
     }
 
+    /// Deletes up to `batch` items done longer than `retention` ago; how many.
+    pub async fn prune_done_work(
+        &self,
+        retention: std::time::Duration,
+        batch: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let pruned = sqlx::query_file!("sql/work_prune.sql", retention.as_secs_f64(), batch)
+            .execute(self.pool())
+            .await?;
+        Ok(pruned.rows_affected())
+    }
+
     pub async fn backlog(
         &self,
         worker_flows: Option<&[String]>,

@@ -122,3 +122,27 @@ fn lease_duration_comes_from_the_environment_and_is_checked() {
         Ok(())
     });
 }
+
+#[test]
+fn work_retention_defaults_to_a_week_and_zero_keeps_everything() {
+    Jail::expect_with(|jail| {
+        assert_eq!(
+            Config::load().unwrap().work_retention,
+            Duration::from_secs(7 * 24 * 3600)
+        );
+        jail.create_file("quota-arbiter.toml", "work_retention = \"2d\"\n")?;
+        assert_eq!(
+            Config::load().unwrap().work_retention,
+            Duration::from_secs(2 * 24 * 3600)
+        );
+        jail.set_env("QUOTA_WORK_RETENTION", "0s");
+        assert_eq!(Config::load().unwrap().work_retention, Duration::ZERO);
+        jail.set_env("QUOTA_WORK_RETENTION", "a while");
+        let error = Config::load().unwrap_err().to_string();
+        assert!(
+            error.contains("work_retention") && error.contains("QUOTA_WORK_RETENTION"),
+            "{error}"
+        );
+        Ok(())
+    });
+}

@@ -489,3 +489,71 @@ async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPo
         "the refusal spent no budget"
     );
 }
+
+/// Items in every state, done ones `hours_ago` in the past (database clock).
+async fn seed_finished(pool: &PgPool, flow: &str, done_hours_ago: &[i32]) {
+    for hours in done_hours_ago {
+        sqlx::query(
+            "INSERT INTO work_item (flow, priority, payload, state, outcome, done_at)
+             VALUES ($1, 1, '{}', 'done', 'granted', arbiter_now() - make_interval(hours => $2))",
+        )
+        .bind(flow)
+        .bind(hours)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO work_item (flow, priority, payload, state, lease_until)
+         VALUES ($1, 1, '{}', 'pending', NULL), ($1, 1, '{}', 'claimed', arbiter_now() - interval '9 days')",
+    )
+    .bind(flow)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn states(pool: &PgPool) -> Vec<(String, i64)> {
+    sqlx::query_as("SELECT state, count(*) FROM work_item GROUP BY state ORDER BY state")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn done_items_past_their_retention_are_pruned_in_batches_and_nothing_else(pool: PgPool) {
+    seed_finished(&pool, "sync", &[200, 190, 170, 30, 1]).await;
+    let store = quota_arbiter::store::Store::new(pool.clone());
+    let week = std::time::Duration::from_secs(7 * 24 * 3600);
+
+    assert_eq!(store.prune_done_work(week, 2).await.unwrap(), 2);
+    assert_eq!(store.prune_done_work(week, 2).await.unwrap(), 1);
+    assert_eq!(store.prune_done_work(week, 2).await.unwrap(), 0);
+    assert_eq!(
+        states(&pool).await,
+        vec![
+            ("claimed".to_string(), 1),
+            ("done".to_string(), 2),
+            ("pending".to_string(), 1)
+        ],
+        "recent done items, pending and claimed ones (even with a long-lapsed lease) stay"
+    );
+}
+
+#[sqlx::test]
+async fn a_replica_prunes_done_items_past_the_configured_retention(pool: PgPool) {
+    seed_finished(&pool, "sync", &[3, 2, 0]).await;
+    let mut config = crate::helpers::test_config();
+    config.work_retention = std::time::Duration::from_secs(3600);
+    let _app = TestApp::spawn_with(pool.clone(), config).await;
+
+    let done = crate::helpers::eventually(std::time::Duration::from_secs(10), 1, || async {
+        states(&pool)
+            .await
+            .into_iter()
+            .find(|(state, _)| state == "done")
+            .map_or(0, |(_, n)| n)
+    })
+    .await;
+    assert_eq!(done, 1, "only the item done within the hour is kept");
+}
