@@ -142,20 +142,21 @@ impl Arbiter {
         Ok(decision)
     }
 
-    /// Enforced decisions on a plain budget are coalesced with concurrent
-    /// ones for the same quota; anything with more limits goes alone.
+    /// Enforced decisions on a budget (with or without headroom) are
+    /// coalesced with concurrent ones for the same quota; cadence and
+    /// concurrency slots go alone.
     async fn reserve_enforced(
         &self,
         rule: &Rule,
         request: &SlotRequest,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
-        if rule.quota.has_limits_beyond_budget() {
+        if !rule.quota.decided_by_window_alone() {
             return self.reserve_alone(rule, request.count).await;
         }
         self.timed(self.coalescer.reserve(
             &rule.quota.name,
             request.count,
-            rule.quota.hourly_ceiling,
+            rule.quota.ceiling_for(rule.flow.priority),
             request.deadline,
             rule.flow.priority,
         ))

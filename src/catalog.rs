@@ -130,6 +130,12 @@ impl QuotaRule {
             || self.priority3_share.is_some()
     }
 
+    /// Only the window's count decides (headroom included): concurrent
+    /// decisions can share one take-up-to-k statement.
+    pub fn decided_by_window_alone(&self) -> bool {
+        self.cadence.is_none() && self.max_in_flight.is_none()
+    }
+
     /// The part of the ceiling a flow of `priority` may use: lower priorities
     /// stop short of the top of the window when the quota reserves headroom.
     pub fn ceiling_for(&self, priority: i16) -> i64 {

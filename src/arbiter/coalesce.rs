@@ -204,8 +204,9 @@ impl Coalescer {
             return;
         }
         let wanted = group.iter().map(|w| w.slots).sum();
-        // Catalog changes between arrivals: the strictest ceiling holds.
-        let ceiling = group.iter().map(|w| w.ceiling).min().unwrap_or(0);
+        // Each waiter's ceiling is its flow's part of the window (headroom):
+        // the take reaches the highest, nobody is granted past their own.
+        let ceiling = group.iter().map(|w| w.ceiling).max().unwrap_or(0);
         let take = match take_slots(self.store.pool(), quota, wanted, ceiling).await {
             Ok(take) => take,
             Err(error) => {
@@ -218,12 +219,14 @@ impl Coalescer {
         };
         group.sort_by_key(|w| w.rank);
         let mut left = take.taken;
+        let mut count = take.count_after.map_or(0, |after| after - take.taken);
         let shares: Vec<(Waiter, bool)> = group
             .into_iter()
             .map(|waiter| {
-                let granted = waiter.slots <= left;
+                let granted = waiter.slots <= left && count + waiter.slots <= waiter.ceiling;
                 if granted {
                     left -= waiter.slots;
+                    count += waiter.slots;
                 }
                 (waiter, granted)
             })

@@ -202,16 +202,18 @@ pub async fn take_paced(
         ceiling,
         spend_regardless: false,
     };
-    let mut taken = 0;
+    let (mut taken, mut count_after) = (0, None);
     loop {
         let reservation = reserve_once(&mut *tx, &spec).await?;
         if reservation.count_after.is_some() {
             taken += 1;
+            count_after = reservation.count_after;
         }
         if reservation.count_after.is_none() || taken == k {
             return Ok(super::Take {
                 clock: reservation.clock,
                 taken,
+                count_after,
                 retry_at: reservation.refusal.map(|r| r.retry_at),
             });
         }

@@ -12,6 +12,8 @@ pub struct Take {
     pub clock: ClockReading,
     /// Slots taken: `least(k, ceiling - count)`, 0 when the window is full.
     pub taken: i64,
+    /// The window's count after the take (`None` when nothing was taken).
+    pub count_after: Option<i64>,
     /// Fewer than asked were taken: when the limit that stopped the take lifts.
     pub retry_at: Option<DateTime<Utc>>,
 }
@@ -46,6 +48,7 @@ pub async fn take_slots<'e>(
     Ok(Take {
         clock,
         taken: row.taken,
+        count_after: row.count_after,
         retry_at: (row.taken < k).then_some(clock.window_end),
     })
 }

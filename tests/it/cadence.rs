@@ -491,3 +491,62 @@ async fn concurrent_callers_never_outrun_the_cadence(pool: PgPool) {
         "tokens and slots go together"
     );
 }
+
+/// `n` concurrent reservations for each flow; granted count per flow.
+async fn concurrent_grants(app: &Arc<TestApp>, flows: &[&str], n: usize) -> Vec<usize> {
+    let mut callers = Vec::new();
+    for _ in 0..n {
+        for (i, flow) in flows.iter().enumerate() {
+            let (app, flow) = (app.clone(), flow.to_string());
+            callers.push(tokio::spawn(async move {
+                (i, app.reserve(json!({"flow": flow})).await.outcome)
+            }));
+        }
+    }
+    let mut granted = vec![0; flows.len()];
+    for caller in callers {
+        let (i, outcome) = caller.await.unwrap();
+        if outcome == Outcome::Granted {
+            granted[i] += 1;
+        }
+    }
+    granted
+}
+
+#[sqlx::test]
+async fn concurrent_callers_of_mixed_priorities_keep_the_headroom_exact(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100, "sync", "enforce").await;
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    sqlx::query("UPDATE flow SET priority = 3 WHERE name = 'sync'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE flow SET priority = 1 WHERE name = 'invoice'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    set_limits(&pool, "ppf", "priority3_share = 80").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+
+    let granted = concurrent_grants(&app, &["sync"], 150).await;
+    assert_eq!(
+        granted,
+        vec![80],
+        "priority 3 stops exactly at 80% under concurrency"
+    );
+    // Groups that hold a priority-1 request take up to the full ceiling; the
+    // priority-3 requests among them still stop at their 80%.
+    let mut invoices = 0;
+    for _ in 0..4 {
+        let granted = concurrent_grants(&app, &["sync", "sync", "sync", "invoice"], 20).await;
+        assert_eq!(
+            granted[..3],
+            [0, 0, 0],
+            "priority 3 never reaches the top 20%"
+        );
+        invoices += granted[3];
+    }
+    assert_eq!(invoices, 20, "priority 1 gets exactly the top 20%");
+    assert_eq!(current_count(&pool, "ppf").await, 100);
+}
