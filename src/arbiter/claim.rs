@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
 use utoipa::ToSchema;
 
 use super::batch::with_rule;
@@ -28,8 +29,7 @@ use crate::store::slots::{give_back_slots, take_slots};
 use crate::store::work::{
     busy_flows, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, SlotLease,
 };
-use crate::store::{first_lease_expiry, take_paced};
-use crate::store::{Take, WorkItem};
+use crate::store::{first_lease_expiry, take_paced, Take, WorkItem};
 
 /// Most items one claim may lease.
 pub const MAX_CLAIM: i64 = 100;
@@ -283,66 +283,21 @@ impl Arbiter {
                     // The guard: a ceiling below 1 grants nothing.
                     continue;
                 }
-                // Concurrency slots before the window row: the lock order of
-                // a single reservation.
-                let free_slots = match quota.max_in_flight {
-                    Some(_) => lock_free_slots(&mut tx, name, remaining).await?,
-                    None => Vec::new(),
-                };
-                let wanted = match quota.max_in_flight {
-                    Some(_) => free_slots.len() as i64,
-                    None => remaining,
-                };
-                if wanted == 0 {
-                    let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
-                    retry_at = earliest(retry_at, Some(expiry));
+                let (took, lifts_at) = take_for_lane(&mut tx, quota, remaining, ceiling).await?;
+                retry_at = earliest(retry_at, lifts_at);
+                let Some(took) = took else {
                     continue;
-                }
-                let take = match quota.cadence {
-                    None => take_slots(&mut *tx, name, wanted, ceiling).await?,
-                    // Cadence tokens and budget slots together, one at a time.
-                    Some(_) => take_paced(&mut tx, quota, wanted, ceiling).await?,
                 };
-                if take.taken == 0 {
-                    retry_at = earliest(retry_at, take.retry_at);
-                }
                 let lane = lane(flows, true, false);
                 let kind = Kind::Enforced(takes.len());
-                takes.push(LaneTake {
-                    quota: name.clone(),
-                    take,
-                    free_slots,
-                });
-                let found = lock_candidates(&mut tx, &lane, take.taken).await?;
+                let found = lock_candidates(&mut tx, &lane, took.take.taken).await?;
+                takes.push(took);
                 waiting.extend(found.into_iter().map(|c| (c, kind)));
             }
         }
         waiting.sort_by_key(|(c, _)| c.rank());
         waiting.truncate(remaining.max(0) as usize);
-        let mut slot_leases = HashMap::new();
-        for (index, lane) in takes.iter().enumerate() {
-            let used: Vec<&Candidate> = waiting
-                .iter()
-                .filter(|(_, k)| matches!(k, Kind::Enforced(i) if *i == index))
-                .map(|(c, _)| c)
-                .collect();
-            let (take, unused) = (&lane.take, lane.take.taken - used.len() as i64);
-            if unused > 0 {
-                give_back_slots(&mut *tx, &lane.quota, take.clock.window_start, unused).await?;
-            }
-            if !lane.free_slots.is_empty() && !used.is_empty() {
-                let flows: Vec<String> = used.iter().map(|c| c.flow.clone()).collect();
-                let slots = &lane.free_slots[..used.len()];
-                let leases = lease_slots(&mut tx, &lane.quota, slots, &flows).await?;
-                let by_slot: HashMap<i32, SlotLease> =
-                    leases.into_iter().map(|l| (l.slot, l)).collect();
-                for (candidate, slot) in used.iter().zip(slots) {
-                    if let Some(lease) = by_slot.get(slot) {
-                        slot_leases.insert(candidate.id, *lease);
-                    }
-                }
-            }
-        }
+        let slot_leases = settle_takes(&mut tx, &takes, &waiting).await?;
         chosen.extend(waiting);
         if chosen.is_empty() {
             tx.commit().await?;
@@ -459,6 +414,76 @@ impl Arbiter {
             retry_after_seconds: waited.retry_after_seconds,
         })
     }
+}
+
+/// Takes up to `want` slots for one enforced quota's lane (no more than its
+/// free concurrency slots, locked first: the lock order of a single
+/// reservation). Also answers when the limit lifts if nothing was taken.
+async fn take_for_lane(
+    tx: &mut PgConnection,
+    quota: &QuotaRule,
+    want: i64,
+    ceiling: i64,
+) -> Result<(Option<LaneTake>, Option<DateTime<Utc>>), sqlx::Error> {
+    let name = &quota.name;
+    let free_slots = match quota.max_in_flight {
+        Some(_) => lock_free_slots(&mut *tx, name, want).await?,
+        None => Vec::new(),
+    };
+    let want = match quota.max_in_flight {
+        Some(_) => free_slots.len() as i64,
+        None => want,
+    };
+    if want == 0 {
+        let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
+        return Ok((None, Some(expiry)));
+    }
+    let take = match quota.cadence {
+        None => take_slots(&mut *tx, name, want, ceiling).await?,
+        // Cadence tokens and budget slots together, one at a time.
+        Some(_) => take_paced(tx, quota, want, ceiling).await?,
+    };
+    let lifts_at = if take.taken == 0 { take.retry_at } else { None };
+    let took = LaneTake {
+        quota: name.clone(),
+        take,
+        free_slots,
+    };
+    Ok((Some(took), lifts_at))
+}
+
+/// Once the best candidates are chosen: each lane gives back the slots none
+/// of its items use and leases a concurrency slot to each item that has one.
+async fn settle_takes(
+    tx: &mut PgConnection,
+    takes: &[LaneTake],
+    chosen: &[(Candidate, Kind)],
+) -> Result<HashMap<i64, SlotLease>, sqlx::Error> {
+    let mut slot_leases = HashMap::new();
+    for (index, lane) in takes.iter().enumerate() {
+        let used: Vec<&Candidate> = chosen
+            .iter()
+            .filter(|(_, k)| matches!(k, Kind::Enforced(i) if *i == index))
+            .map(|(c, _)| c)
+            .collect();
+        let unused = lane.take.taken - used.len() as i64;
+        if unused > 0 {
+            let window = lane.take.clock.window_start;
+            give_back_slots(&mut *tx, &lane.quota, window, unused).await?;
+        }
+        if lane.free_slots.is_empty() || used.is_empty() {
+            continue;
+        }
+        let flows: Vec<String> = used.iter().map(|c| c.flow.clone()).collect();
+        let slots = &lane.free_slots[..used.len()];
+        let leases = lease_slots(&mut *tx, &lane.quota, slots, &flows).await?;
+        for (candidate, slot) in used.iter().zip(slots) {
+            if let Some(lease) = leases.iter().find(|l| l.slot == *slot) {
+                slot_leases.insert(candidate.id, *lease);
+            }
+        }
+    }
+    Ok(slot_leases)
 }
 
 fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
