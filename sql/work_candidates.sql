@@ -1,16 +1,15 @@
--- Lock the most urgent claimable items of one lane, in rationing order:
+-- Lock the most urgent claimable items of the flows $1, in rationing order:
 -- deadline ASC NULLS LAST, priority, first come first served. Claimable:
--- pending, or claimed with a lease that ran out. Lane: flows in $1 when $2,
--- flows not in $1 otherwise; only the worker's flows $3 (NULL: all); inside
--- the bypass horizon ($4 seconds) when $5, outside it otherwise. Rows another
--- claim holds are skipped, and nothing is changed here.
+-- pending, or claimed with a lease that ran out. Only the worker's flows $2
+-- (NULL: all), and only items outside the bypass horizon ($3 seconds). Rows
+-- another claim holds are skipped, and nothing is changed here. (Each lane has
+-- its own statement so that one cached plan walks the queue index in order.)
 SELECT id, flow, deadline, priority, ref AS reference
 FROM work_item
-WHERE (state = 'pending' OR (state = 'claimed' AND lease_until < arbiter_now()))
-  AND (flow = ANY($1::text[])) = $2::boolean
-  AND ($3::text[] IS NULL OR flow = ANY($3::text[]))
-  AND (deadline IS NOT NULL AND deadline <= arbiter_now() + make_interval(secs => $4::float8))
-      = $5::boolean
+WHERE state <> 'done' AND (state = 'pending' OR lease_until < arbiter_now())
+  AND flow = ANY($1::text[])
+  AND ($2::text[] IS NULL OR flow = ANY($2::text[]))
+  AND (deadline IS NULL OR deadline > arbiter_now() + make_interval(secs => $3::float8))
 ORDER BY deadline ASC NULLS LAST, priority, id
-LIMIT $6
+LIMIT $4
 FOR UPDATE SKIP LOCKED

@@ -27,7 +27,8 @@ use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::store::slots::{give_back_slots, take_slots};
 use crate::store::work::{
-    busy_flows, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, SlotLease,
+    busy_flows, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, Pick,
+    SlotLease,
 };
 use crate::store::{first_lease_expiry, take_paced, Take, WorkItem};
 
@@ -242,15 +243,13 @@ impl Arbiter {
         horizon_seconds: f64,
     ) -> Result<Leased, sqlx::Error> {
         let mut tx = self.store.pool().begin().await?;
-        let lane = |flows, listed, due| Lane {
-            flows,
-            listed,
+        let lane = |pick| Lane {
+            pick,
             worker_flows: request.flows.as_deref(),
             horizon_seconds,
-            due,
         };
         let mut chosen: Vec<(Candidate, Kind)> =
-            lock_candidates(&mut tx, &lane(&[], false, true), request.max)
+            lock_candidates(&mut tx, &lane(Pick::Due), request.max)
                 .await?
                 .into_iter()
                 .map(|c| (c, Kind::Due))
@@ -263,11 +262,10 @@ impl Arbiter {
             // Lanes that need no slot go first: a claim then holds a quota's
             // window row only for its take, its lane and the lease.
             for (_, flows) in lanes.observed.values() {
-                let lane = lane(flows, true, false);
-                let found = lock_candidates(&mut tx, &lane, remaining).await?;
+                let found = lock_candidates(&mut tx, &lane(Pick::Of(flows)), remaining).await?;
                 waiting.extend(found.into_iter().map(|c| (c, Kind::Observed)));
             }
-            let unthrottled = lane(&lanes.throttled_flows, false, false);
+            let unthrottled = lane(Pick::NotOf(&lanes.throttled_flows));
             let found = lock_candidates(&mut tx, &unthrottled, remaining).await?;
             waiting.extend(found.into_iter().map(|c| (c, Kind::Unthrottled)));
             // Only quotas with work to claim are worth a take (and a row lock).
@@ -288,7 +286,7 @@ impl Arbiter {
                 let Some(took) = took else {
                     continue;
                 };
-                let lane = lane(flows, true, false);
+                let lane = lane(Pick::Of(flows));
                 let kind = Kind::Enforced(takes.len());
                 let found = lock_candidates(&mut tx, &lane, took.take.taken).await?;
                 takes.push(took);

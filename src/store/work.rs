@@ -89,14 +89,21 @@ impl Candidate {
 
 /// Which claimable items one candidate query looks at.
 pub struct Lane<'a> {
-    /// Flows in this list, or (with `listed` false) every flow not in it.
-    pub flows: &'a [String],
-    pub listed: bool,
+    pub pick: Pick<'a>,
     /// The worker's flows; `None`: all.
     pub worker_flows: Option<&'a [String]>,
     pub horizon_seconds: f64,
-    /// Items inside the bypass horizon, or (false) outside it.
-    pub due: bool,
+}
+
+/// Which items a lane holds.
+#[derive(Clone, Copy, Debug)]
+pub enum Pick<'a> {
+    /// Items inside the bypass horizon, of any flow.
+    Due,
+    /// Items of these flows, outside the horizon.
+    Of(&'a [String]),
+    /// Items of every flow not in this list, outside the horizon.
+    NotOf(&'a [String]),
 }
 
 /// Leftover after a claim that got nothing.
@@ -189,18 +196,31 @@ pub async fn lock_candidates(
     if limit < 1 {
         return Ok(Vec::new());
     }
-    sqlx::query_file_as!(
-        Candidate,
-        "sql/work_candidates.sql",
-        lane.flows,
-        lane.listed,
-        lane.worker_flows,
-        lane.horizon_seconds,
-        lane.due,
-        limit
-    )
-    .fetch_all(db)
-    .await
+    let (worker_flows, horizon) = (lane.worker_flows, lane.horizon_seconds);
+    macro_rules! candidates {
+        ($file:literal, $($arg:expr),+) => {
+            sqlx::query_file_as!(Candidate, $file, $($arg),+).fetch_all(db).await
+        };
+    }
+    match lane.pick {
+        Pick::Due => candidates!("sql/work_candidates_due.sql", worker_flows, horizon, limit),
+        Pick::Of(flows) => {
+            candidates!(
+                "sql/work_candidates.sql",
+                flows,
+                worker_flows,
+                horizon,
+                limit
+            )
+        }
+        Pick::NotOf(flows) => candidates!(
+            "sql/work_candidates_unlisted.sql",
+            flows,
+            worker_flows,
+            horizon,
+            limit
+        ),
+    }
 }
 
 /// The flows among `flows` with claimable work outside the bypass horizon.
