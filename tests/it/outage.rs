@@ -186,7 +186,7 @@ async fn an_observation_the_store_answers_late_is_granted_at_once_and_counted_on
     let started = Instant::now();
     let decision = app.reserve(json!({"flow": "status-report"})).await;
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < Duration::from_secs(2),
         "the emission waited on the store"
     );
     assert_eq!(decision.outcome, Outcome::Granted);
