@@ -27,8 +27,7 @@ use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::store::slots::{give_back_slots, take_slots};
 use crate::store::work::{
-    busy_flows, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, Pick,
-    SlotLease,
+    first_look, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, SlotLease,
 };
 use crate::store::{first_lease_expiry, take_paced, Take, WorkItem};
 
@@ -243,17 +242,28 @@ impl Arbiter {
         horizon_seconds: f64,
     ) -> Result<Leased, sqlx::Error> {
         let mut tx = self.store.pool().begin().await?;
-        let lane = |pick| Lane {
-            pick,
+        let lane = |flows| Lane {
+            flows,
             worker_flows: request.flows.as_deref(),
             horizon_seconds,
         };
+        let enforced: Vec<String> = lanes
+            .enforced
+            .values()
+            .flat_map(|(_, f)| f.clone())
+            .collect();
+        let look = first_look(
+            &mut tx,
+            request.flows.as_deref(),
+            horizon_seconds,
+            request.max,
+            &lanes.throttled_flows,
+            &enforced,
+        )
+        .await?;
         let mut chosen: Vec<(Candidate, Kind)> =
-            lock_candidates(&mut tx, &lane(Pick::Due), request.max)
-                .await?
-                .into_iter()
-                .map(|c| (c, Kind::Due))
-                .collect();
+            look.due.into_iter().map(|c| (c, Kind::Due)).collect();
+        chosen.sort_by_key(|(c, _)| c.rank());
         let remaining = request.max - chosen.len() as i64;
         let mut takes = Vec::new();
         let mut retry_at = None;
@@ -261,20 +271,12 @@ impl Arbiter {
         if remaining > 0 {
             // Lanes that need no slot go first: a claim then holds a quota's
             // window row only for its take, its lane and the lease.
+            waiting.extend(look.unthrottled.into_iter().map(|c| (c, Kind::Unthrottled)));
             for (_, flows) in lanes.observed.values() {
-                let found = lock_candidates(&mut tx, &lane(Pick::Of(flows)), remaining).await?;
+                let found = lock_candidates(&mut tx, &lane(flows), remaining).await?;
                 waiting.extend(found.into_iter().map(|c| (c, Kind::Observed)));
             }
-            let unthrottled = lane(Pick::NotOf(&lanes.throttled_flows));
-            let found = lock_candidates(&mut tx, &unthrottled, remaining).await?;
-            waiting.extend(found.into_iter().map(|c| (c, Kind::Unthrottled)));
-            // Only quotas with work to claim are worth a take (and a row lock).
-            let enforced: Vec<String> = lanes
-                .enforced
-                .values()
-                .flat_map(|(_, f)| f.clone())
-                .collect();
-            let busy = busy_flows(&mut tx, &enforced, horizon_seconds).await?;
+            let busy = look.busy;
             for (name, (quota, flows)) in &lanes.enforced {
                 let ceiling = lanes.take_ceilings[name];
                 if ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
@@ -286,7 +288,7 @@ impl Arbiter {
                 let Some(took) = took else {
                     continue;
                 };
-                let lane = lane(Pick::Of(flows));
+                let lane = lane(flows);
                 let kind = Kind::Enforced(takes.len());
                 let found = lock_candidates(&mut tx, &lane, took.take.taken).await?;
                 takes.push(took);

@@ -89,21 +89,22 @@ impl Candidate {
 
 /// Which claimable items one candidate query looks at.
 pub struct Lane<'a> {
-    pub pick: Pick<'a>,
+    /// Items of these flows, outside the bypass horizon.
+    pub flows: &'a [String],
     /// The worker's flows; `None`: all.
     pub worker_flows: Option<&'a [String]>,
     pub horizon_seconds: f64,
 }
 
-/// Which items a lane holds.
-#[derive(Clone, Copy, Debug)]
-pub enum Pick<'a> {
-    /// Items inside the bypass horizon, of any flow.
-    Due,
-    /// Items of these flows, outside the horizon.
-    Of(&'a [String]),
-    /// Items of every flow not in this list, outside the horizon.
-    NotOf(&'a [String]),
+/// What a claim sees before it takes any slot.
+#[derive(Debug, Default)]
+pub struct FirstLook {
+    /// Items inside the bypass horizon, locked.
+    pub due: Vec<Candidate>,
+    /// Items of flows the arbiter does not throttle, locked.
+    pub unthrottled: Vec<Candidate>,
+    /// Enforced flows with claimable work outside the horizon.
+    pub busy: Vec<String>,
 }
 
 /// Leftover after a claim that got nothing.
@@ -196,42 +197,56 @@ pub async fn lock_candidates(
     if limit < 1 {
         return Ok(Vec::new());
     }
-    let (worker_flows, horizon) = (lane.worker_flows, lane.horizon_seconds);
-    macro_rules! candidates {
-        ($file:literal, $($arg:expr),+) => {
-            sqlx::query_file_as!(Candidate, $file, $($arg),+).fetch_all(db).await
-        };
-    }
-    match lane.pick {
-        Pick::Due => candidates!("sql/work_candidates_due.sql", worker_flows, horizon, limit),
-        Pick::Of(flows) => {
-            candidates!(
-                "sql/work_candidates.sql",
-                flows,
-                worker_flows,
-                horizon,
-                limit
-            )
-        }
-        Pick::NotOf(flows) => candidates!(
-            "sql/work_candidates_unlisted.sql",
-            flows,
-            worker_flows,
-            horizon,
-            limit
-        ),
-    }
+    sqlx::query_file_as!(
+        Candidate,
+        "sql/work_candidates.sql",
+        lane.flows,
+        lane.worker_flows,
+        lane.horizon_seconds,
+        limit
+    )
+    .fetch_all(db)
+    .await
 }
 
-/// The flows among `flows` with claimable work outside the bypass horizon.
-pub async fn busy_flows(
+/// Locks up to `limit` due items and up to `limit` items of flows not in
+/// `throttled`, and says which of `enforced` have work: one statement.
+pub async fn first_look(
     db: &mut PgConnection,
-    flows: &[String],
+    worker_flows: Option<&[String]>,
     horizon_seconds: f64,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_file_scalar!("sql/work_busy_flows.sql", flows, horizon_seconds)
-        .fetch_all(db)
-        .await
+    limit: i64,
+    throttled: &[String],
+    enforced: &[String],
+) -> Result<FirstLook, sqlx::Error> {
+    let rows = sqlx::query_file!(
+        "sql/work_first_look.sql",
+        worker_flows,
+        horizon_seconds,
+        limit,
+        throttled,
+        enforced
+    )
+    .fetch_all(db)
+    .await?;
+    let mut look = FirstLook::default();
+    for row in rows {
+        let candidate = |id, priority| Candidate {
+            id,
+            flow: row.flow.clone(),
+            deadline: row.deadline,
+            priority,
+            reference: row.reference.clone(),
+        };
+        match (row.lane.as_str(), row.id, row.priority) {
+            ("due", Some(id), Some(priority)) => look.due.push(candidate(id, priority)),
+            ("unthrottled", Some(id), Some(priority)) => {
+                look.unthrottled.push(candidate(id, priority))
+            }
+            _ => look.busy.push(row.flow),
+        }
+    }
+    Ok(look)
 }
 
 /// Leases the locked items `ids` to `worker`, each with its outcome and the
