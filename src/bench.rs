@@ -5,13 +5,13 @@
 //! not a test.
 
 mod claim_arm;
+mod pgbench;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use chrono::Utc;
 
 use crate::catalog::Mode;
@@ -196,7 +196,17 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
         0 => Vec::new(),
         items => {
             let (concurrency, duration) = (args.concurrency, args.duration);
-            claim_arm::run(&client, &base, &queued, items, concurrency, duration).await?
+            let mut arms =
+                claim_arm::run(&client, &base, &queued, items, concurrency, duration).await?;
+            if !args.no_pgbench {
+                match claim_arm::pgbench_baseline(&config, &store, &tag, concurrency, duration)
+                    .await
+                {
+                    Ok(arm) => arms.push(arm),
+                    Err(error) => println!("(pgbench claim baseline skipped: {error:#})"),
+                }
+            }
+            arms
         }
     };
     let _ = stop.send(());
@@ -278,20 +288,7 @@ fn percentile_ms(sorted: &[Duration], p: f64) -> Option<f64> {
     Some(sorted[index].as_secs_f64() * 1000.0)
 }
 
-/// The statement the server runs, with this arm's quota bound as literals.
-fn pgbench_script(quota: &str) -> String {
-    include_str!("../sql/reserve_slots.sql")
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("$1::text", &format!("'{quota}'::text"))
-        .replace("$2::bigint", "1::bigint")
-        .replace("$3::bigint", &format!("{UNREACHABLE_CEILING}::bigint"))
-        .replace("$4::boolean", "false")
-        + ";\n"
-}
-
+/// The server's conditional upsert under pgbench, on a quota of its own.
 async fn pgbench(
     config: &Config,
     tag: &str,
@@ -303,45 +300,11 @@ async fn pgbench(
     store
         .set_quota_ceiling(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
         .await?;
-    let script = std::env::temp_dir().join(format!("{quota}.sql"));
-    tokio::fs::write(&script, pgbench_script(&quota)).await?;
-    let output = tokio::process::Command::new("pgbench")
-        .args([
-            "-n",
-            "-M",
-            "prepared",
-            "-c",
-            &concurrency.to_string(),
-            "-j",
-            "2",
-        ])
-        .args(["-T", &duration.as_secs().max(1).to_string(), "-f"])
-        .arg(&script)
-        .arg(config.database_url.expose())
-        .output()
-        .await
-        .context("running pgbench")?;
-    let _ = tokio::fs::remove_file(&script).await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    anyhow::ensure!(
-        output.status.success(),
-        "pgbench failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let field = |prefix: &str| {
-        stdout
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse::<f64>().ok())
-    };
-    Ok(ArmResult {
-        name: "same upsert via pgbench (baseline)".into(),
-        per_second: field("tps = ").context("no tps in pgbench output")?,
-        // pgbench reports the mean latency only; shown in the p50 column as "avg".
-        p50_ms: field("latency average = "),
-        p99_ms: None,
-    })
+    let (name, ceiling) = (format!("'{quota}'"), UNREACHABLE_CEILING.to_string());
+    let statement = include_str!("../sql/reserve_slots.sql");
+    let script = pgbench::with_literals(statement, &[&name, "1", &ceiling, "false"]) + ";\n";
+    let name = "same upsert via pgbench (baseline)";
+    pgbench::run(config, name, &script, concurrency, duration).await
 }
 
 struct OverDemand {

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{percentile_ms, ArmResult};
+use super::{percentile_ms, pgbench, ArmResult, BENCH_ACTOR, UNREACHABLE_CEILING};
 use crate::arbiter::{Claim, ClaimOutcome};
+use crate::config::Config;
+use crate::store::Store;
 
 pub(super) async fn run(
     client: &reqwest::Client,
@@ -68,6 +70,60 @@ pub(super) async fn run(
         println!("({retried} claims answered 503 store-unavailable and were retried)");
     }
     Ok(arms)
+}
+
+/// The transaction a claim of one item runs on one enforced quota (first
+/// look, take, lock the most urgent item, lease it), replayed by pgbench with
+/// the server's own statements on a queue of its own.
+pub(super) async fn pgbench_baseline(
+    config: &Config,
+    store: &Store,
+    tag: &str,
+    concurrency: usize,
+    duration: Duration,
+) -> anyhow::Result<ArmResult> {
+    let quota = format!("{tag}-pgclaim");
+    store
+        .set_quota_ceiling(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
+        .await?;
+    // More than pgbench can claim in the run: a client that found the queue
+    // empty would stop with an error.
+    let items = 2000 * duration.as_secs().max(1) as i32 + 1000;
+    sqlx::query_file!("sql/bench_fill_queue.sql", quota, items)
+        .execute(store.pool())
+        .await?;
+    let (flows, ceiling) = (format!("ARRAY['{quota}']"), UNREACHABLE_CEILING.to_string());
+    let (name, horizon) = (format!("'{quota}'"), "900");
+    let sql = |file: &str, literals: &[&str]| pgbench::with_literals(file, literals);
+    let script = [
+        "BEGIN;".to_string(),
+        sql(
+            include_str!("../../sql/work_first_look.sql"),
+            &["NULL", horizon, "1", &flows, &flows],
+        ) + ";",
+        sql(
+            include_str!("../../sql/take_slots.sql"),
+            &[&name, "1", &ceiling],
+        ) + ";",
+        sql(
+            include_str!("../../sql/work_candidates.sql"),
+            &[&flows, "NULL", horizon, "1"],
+        ) + " \\gset",
+        sql(
+            include_str!("../../sql/work_claim.sql"),
+            &[
+                "ARRAY[:id]",
+                "'pgbench'",
+                "300",
+                "ARRAY['granted']",
+                "ARRAY[NULL::bigint]",
+            ],
+        ) + ";",
+        "COMMIT;\n".to_string(),
+    ]
+    .join("\n");
+    let name = "same claim transaction via pgbench";
+    pgbench::run(config, name, &script, concurrency, duration).await
 }
 
 fn arm(name: &str, (per_second, latencies): (f64, Vec<Duration>)) -> ArmResult {

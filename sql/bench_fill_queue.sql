@@ -1,0 +1,4 @@
+-- Bench only: $2 pending work items of flow $1, enqueued in one statement.
+INSERT INTO work_item (flow, priority, payload)
+SELECT $1::text, 1, jsonb_build_object('n', n)
+FROM generate_series(1, $2::integer) AS n
