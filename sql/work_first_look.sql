@@ -10,7 +10,8 @@
 --                gets a slot. One short index probe per flow.
 -- Up to $3 items per locked lane, most urgent first (deadline ASC NULLS LAST,
 -- priority, first come first served); claimable means pending, or claimed
--- with a lease that ran out; rows another claim holds are skipped.
+-- with a lease that ran out; rows another claim holds are skipped. (coalesce()
+-- rather than "deadline IS NULL OR …" keeps the walks in index order.)
 WITH due AS (
     SELECT id, flow, deadline, priority, ref
     FROM work_item
@@ -26,7 +27,7 @@ WITH due AS (
     WHERE state <> 'done' AND (state = 'pending' OR lease_until < arbiter_now())
       AND flow <> ALL($4::text[])
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
-      AND (deadline IS NULL OR deadline > arbiter_now() + make_interval(secs => $2::float8))
+      AND coalesce(deadline > arbiter_now() + make_interval(secs => $2::float8), true)
     ORDER BY deadline ASC NULLS LAST, priority, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -38,7 +39,7 @@ WITH due AS (
         WHERE w.flow = f.name
           AND w.state <> 'done'
           AND (w.state = 'pending' OR w.lease_until < arbiter_now())
-          AND (w.deadline IS NULL OR w.deadline > arbiter_now() + make_interval(secs => $2::float8))
+          AND coalesce(w.deadline > arbiter_now() + make_interval(secs => $2::float8), true)
     )
 )
 SELECT 'due' AS "lane!", id, flow AS "flow!", deadline, priority, ref AS reference FROM due
