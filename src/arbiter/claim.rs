@@ -1,12 +1,14 @@
 //! Claims from the pending-work registry (global rationing across workers).
-//! One transaction per claim: due items are locked and leased as `bypassed`
-//! without a reservation, then the items of lanes that need no slot (observed,
-//! never throttled) are locked; last, each enforced quota, in name order (so
-//! claims never deadlock on quota rows), takes up to `max` slots, which holds
-//! its window row until commit, and only then locks that many of its most
-//! urgent items: claims of one quota follow the queue order exactly. They
-//! also queue on that row, so as little as possible happens between the take
-//! and the commit. The candidates of every lane are merged in rationing order, the best `max` are
+//! One transaction per claim. A first look locks the due items (leased as
+//! `bypassed`, without a reservation) and the items of never-throttled flows,
+//! and finds which enforced flows have work; observed lanes are locked next.
+//! Last, each enforced quota with work, in name order (so claims never
+//! deadlock on quota rows), locks free concurrency slots if it has
+//! `max_in_flight`, takes up to `max` slots, which holds its window row until
+//! commit, and only then locks that many of its most urgent items: claims of
+//! one quota follow the queue order exactly. They also queue on that row, so
+//! as little as possible happens between the take and the commit. The
+//! candidates of every lane are merged in rationing order, the best `max` are
 //! leased, and the slots no leased item needs are given back before commit:
 //! slots and claims commit together, and a rollback returns both. Items not
 //! leased are never written, so a deferred claim leaves the queue unchanged.
