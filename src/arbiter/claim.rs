@@ -301,41 +301,9 @@ impl Arbiter {
         waiting.truncate(remaining.max(0) as usize);
         let slot_leases = settle_takes(&mut tx, &takes, &waiting).await?;
         chosen.extend(waiting);
-        if chosen.is_empty() {
-            tx.commit().await?;
-            return Ok(Leased {
-                items: Vec::new(),
-                takes,
-                slot_leases,
-                retry_at,
-            });
-        }
-        let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
-        let outcomes: Vec<String> = chosen
-            .iter()
-            .map(|(_, k)| k.outcome().as_str().to_string())
-            .collect();
-        let slot_lease_ids: Vec<Option<i64>> = ids
-            .iter()
-            .map(|id| slot_leases.get(id).map(|l| l.lease_id))
-            .collect();
-        let mut leased: HashMap<i64, WorkItem> = lease(
-            &mut *tx,
-            &ids,
-            &outcomes,
-            &slot_lease_ids,
-            &request.worker,
-            request.lease.as_secs_f64(),
-        )
-        .await?
-        .into_iter()
-        .map(|item| (item.id, item))
-        .collect();
+        let (worker, lease_seconds) = (&request.worker, request.lease.as_secs_f64());
+        let items = lease_chosen(&mut tx, chosen, &slot_leases, worker, lease_seconds).await?;
         tx.commit().await?;
-        let items = chosen
-            .into_iter()
-            .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
-            .collect();
         Ok(Leased {
             items,
             takes,
@@ -452,6 +420,46 @@ async fn take_for_lane(
         free_slots,
     };
     Ok((Some(took), lifts_at))
+}
+
+/// Leases the chosen items to `worker`, each with its decision's outcome and
+/// its concurrency slot lease; in the order they were chosen.
+async fn lease_chosen(
+    tx: &mut PgConnection,
+    chosen: Vec<(Candidate, Kind)>,
+    slot_leases: &HashMap<i64, SlotLease>,
+    worker: &str,
+    lease_seconds: f64,
+) -> Result<Vec<(WorkItem, Kind)>, sqlx::Error> {
+    if chosen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
+    let outcomes: Vec<String> = chosen
+        .iter()
+        .map(|(_, k)| k.outcome().as_str().to_string())
+        .collect();
+    let slot_lease_ids: Vec<Option<i64>> = ids
+        .iter()
+        .map(|id| slot_leases.get(id).map(|l| l.lease_id))
+        .collect();
+    let leased = lease(
+        &mut *tx,
+        &ids,
+        &outcomes,
+        &slot_lease_ids,
+        worker,
+        lease_seconds,
+    );
+    let mut leased: HashMap<i64, WorkItem> = leased
+        .await?
+        .into_iter()
+        .map(|item| (item.id, item))
+        .collect();
+    Ok(chosen
+        .into_iter()
+        .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
+        .collect())
 }
 
 /// Once the best candidates are chosen: each lane gives back the slots none
