@@ -1,8 +1,11 @@
 -- Frees the slot held by lease $1 and feeds how long it was held into the
--- flow's moving average (avg = avg * 0.9 + held * 0.1). A lease that already
--- expired and was taken again is not found: nothing happens.
+-- flow's moving average (avg = avg * 0.9 + held * 0.1): the emission's own
+-- duration $2 (seconds) when the worker reported one, else the time since the
+-- lease was taken. A lease that already expired and was taken again is not
+-- found: nothing happens.
 WITH held AS (
-    SELECT s.quota, s.slot, s.flow, extract(epoch FROM arbiter_now() - s.taken_at)::float8 AS seconds
+    SELECT s.quota, s.slot, s.flow,
+           coalesce($2::float8, extract(epoch FROM arbiter_now() - s.taken_at)::float8) AS seconds
     FROM quota_slot s
     WHERE s.lease_id = $1
     FOR UPDATE

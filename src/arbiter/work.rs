@@ -28,7 +28,7 @@ impl Arbiter {
         if let Some(lease_id) = slot_lease {
             // The emission is over: its concurrency slot is free again (and
             // the hold time feeds the flow's average, as a report would).
-            self.bounded(self.store.release_lease(lease_id), "release_lease")
+            self.bounded(self.store.release_lease(lease_id, None), "release_lease")
                 .await?;
         }
         Ok(Some(item))

@@ -16,40 +16,59 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(report_upstream))
 }
 
-/// How the upstream answered the emission.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
-pub enum Upstream {
-    #[serde(rename = "429")]
-    TooManyRequests,
-    #[serde(rename = "timeout")]
-    Timeout,
-    #[serde(rename = "5xx")]
-    ServerError,
-    #[serde(rename = "2xx")]
-    Success,
-}
+/// Longest emission a report may describe.
+const MAX_DURATION_MS: u64 = 3_600_000;
 
-impl Upstream {
-    /// Multiplicative change to the cadence: back off hard on 429, gently on
-    /// other failures, creep back up on success.
-    fn multiplier(self) -> f64 {
-        match self {
-            Upstream::TooManyRequests => 0.7,
-            Upstream::Timeout => 0.8,
-            Upstream::ServerError => 0.9,
-            Upstream::Success => 1.05,
-        }
+/// The adaptive cadence's reading of the upstream's HTTP status: back off
+/// hard on 429, gently on other failures, creep back up on success. Other
+/// answers (a 404, a redirect) say nothing about the rate.
+fn multiplier(status: u16) -> Option<f64> {
+    match status {
+        429 => Some(0.7),
+        0 => Some(0.8), // the call timed out
+        500..=599 => Some(0.9),
+        200..=299 => Some(1.05),
+        _ => None,
     }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FeedbackBody {
-    pub flow: String,
-    /// The upstream's answer; adapts the quota's cadence when it is adaptive.
-    pub upstream: Option<Upstream>,
+    /// The flow that emitted: its quota's cadence adapts. Or name the `quota`.
+    pub flow: Option<String>,
+    pub quota: Option<String>,
+    /// The upstream's HTTP status; 0 when the call timed out.
+    pub status: Option<u16>,
+    /// How long the emission took; with `lease_id`, this feeds the flow's
+    /// average hold time (else the time the lease was held does).
+    pub duration_ms: Option<u64>,
     /// The lease of the grant, to free its concurrency slot.
     pub lease_id: Option<i64>,
+}
+
+impl FeedbackBody {
+    /// Either side of `flow`/`quota`, checked; and the rest in range.
+    fn validated(&self) -> Result<(), String> {
+        match (&self.flow, &self.quota) {
+            (Some(flow), None) => validate_name(flow).map_err(|why| format!("`flow` {why}"))?,
+            (None, Some(quota)) => validate_name(quota).map_err(|why| format!("`quota` {why}"))?,
+            _ => return Err("give `flow` or `quota` (one of them)".into()),
+        }
+        if self.status.is_none() && self.lease_id.is_none() {
+            return Err("give `status`, `lease_id` or both".into());
+        }
+        if self
+            .status
+            .is_some_and(|s| s != 0 && !(100..=599).contains(&s))
+        {
+            return Err("`status` must be an HTTP status (100-599), or 0 for a timeout".into());
+        }
+        if self.duration_ms.is_some_and(|d| d > MAX_DURATION_MS) {
+            return Err(format!("`duration_ms` must be at most {MAX_DURATION_MS}"));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Default, Serialize, ToSchema)]
@@ -72,30 +91,26 @@ pub async fn report_upstream(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<FeedbackBody>,
 ) -> Result<Json<FeedbackAnswer>, ApiError> {
-    validate_name(&body.flow).map_err(|why| ApiError::Invalid(format!("`flow` {why}")))?;
-    if body.upstream.is_none() && body.lease_id.is_none() {
-        return Err(ApiError::Invalid(
-            "give `upstream`, `lease_id` or both".into(),
-        ));
-    }
+    body.validated().map_err(ApiError::Invalid)?;
     let mut answer = FeedbackAnswer::default();
     if let Some(lease_id) = body.lease_id {
-        let released = state.store.release_lease(lease_id).await?;
+        let held = body.duration_ms.map(|ms| ms as f64 / 1000.0);
+        let released = state.store.release_lease(lease_id, held).await?;
         answer.released = Some(released.is_some());
         answer.held_seconds = released.as_ref().map(|r| r.held_seconds);
         answer.avg_lease_seconds = released.map(|r| r.avg_seconds);
     }
-    let quota = state
-        .catalog
-        .snapshot()
-        .and_then(|s| s.rule(&body.flow))
-        .map(|rule| rule.quota.name);
-    if let (Some(upstream), Some(quota)) = (body.upstream, quota) {
-        if let Some(adapted) = state
-            .store
-            .adapt_cadence(&quota, upstream.multiplier())
-            .await?
-        {
+    let quota = match (&body.flow, &body.quota) {
+        (_, Some(quota)) => Some(quota.clone()),
+        (Some(flow), None) => state
+            .catalog
+            .snapshot()
+            .and_then(|s| s.rule(flow))
+            .map(|rule| rule.quota.name),
+        (None, None) => None,
+    };
+    if let (Some(multiplier), Some(quota)) = (body.status.and_then(multiplier), quota) {
+        if let Some(adapted) = state.store.adapt_cadence(&quota, multiplier).await? {
             answer.factor = Some(adapted.factor);
             answer.effective_rate = Some(adapted.effective_rate);
             answer.effective_burst = Some(adapted.effective_burst);

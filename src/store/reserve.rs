@@ -76,8 +76,14 @@ impl Store {
 
     /// Frees a lease's slot and feeds its hold time into the flow's average.
     /// `None` when the lease is unknown or already expired and taken again.
-    pub async fn release_lease(&self, lease_id: i64) -> Result<Option<ReleasedLease>, sqlx::Error> {
-        let row = sqlx::query_file!("sql/release_lease.sql", lease_id)
+    /// `held_seconds`: how long the emission took, as the worker measured it;
+    /// `None`: the time since the lease was taken.
+    pub async fn release_lease(
+        &self,
+        lease_id: i64,
+        held_seconds: Option<f64>,
+    ) -> Result<Option<ReleasedLease>, sqlx::Error> {
+        let row = sqlx::query_file!("sql/release_lease.sql", lease_id, held_seconds)
             .fetch_one(self.pool())
             .await?;
         Ok(row.flow.map(|flow| ReleasedLease {

@@ -184,7 +184,7 @@ async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
     set_limits(&pool, "api", "rate = 10, burst = 20").await;
     let app = TestApp::spawn(pool.clone()).await;
     let answer = app
-        .post_json("/v1/report", json!({"flow": "invoice", "upstream": "429"}))
+        .post_json("/v1/report", json!({"flow": "invoice", "status": 429}))
         .await;
     assert!(
         (answer["effective_rate"].as_f64().unwrap() - 7.0).abs() < 0.01,
@@ -217,12 +217,12 @@ async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
 
     // Successes never push past the configured values; adaptive = false ignores reports.
     for _ in 0..5 {
-        app.post_json("/v1/report", json!({"flow": "invoice", "upstream": "2xx"}))
+        app.post_json("/v1/report", json!({"flow": "invoice", "status": 200}))
             .await;
     }
     assert_eq!(quota_row(&app).await["effective_rate"].as_f64(), Some(10.0));
     set_limits(&pool, "api", "adaptive = false").await;
-    app.post_json("/v1/report", json!({"flow": "invoice", "upstream": "429"}))
+    app.post_json("/v1/report", json!({"flow": "invoice", "status": 429}))
         .await;
     assert_eq!(quota_row(&app).await["effective_rate"].as_f64(), Some(10.0));
 }
@@ -280,7 +280,7 @@ async fn expired_leases_free_their_slot_and_reports_free_it_sooner(pool: PgPool)
     let freed = app
         .post_json(
             "/v1/report",
-            json!({"flow": "invoice", "lease_id": lease_id, "upstream": "2xx"}),
+            json!({"flow": "invoice", "lease_id": lease_id, "status": 200}),
         )
         .await;
     assert_eq!(freed["released"], true);
@@ -549,4 +549,71 @@ async fn concurrent_callers_of_mixed_priorities_keep_the_headroom_exact(pool: Pg
     }
     assert_eq!(invoices, 20, "priority 1 gets exactly the top 20%");
     assert_eq!(current_count(&pool, "ppf").await, 100);
+}
+
+#[sqlx::test]
+async fn reports_read_the_upstream_status_by_flow_or_by_quota(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 10, burst = 20").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let rate = |answer: &Value| answer["effective_rate"].as_f64();
+    // 0 (timeout) x0.8, then a 503 x0.9, by quota; a 404 says nothing about the rate.
+    let timeout = app
+        .post_json("/v1/report", json!({"quota": "api", "status": 0}))
+        .await;
+    assert!((rate(&timeout).unwrap() - 8.0).abs() < 0.01, "{timeout}");
+    let unavailable = app
+        .post_json(
+            "/v1/report",
+            json!({"flow": "invoice", "status": 503, "duration_ms": 812}),
+        )
+        .await;
+    assert!(
+        (rate(&unavailable).unwrap() - 7.2).abs() < 0.01,
+        "{unavailable}"
+    );
+    let not_found = app
+        .post_json("/v1/report", json!({"flow": "invoice", "status": 404}))
+        .await;
+    assert_eq!(rate(&not_found), None, "no adaptation: {not_found}");
+
+    for bad in [
+        json!({"status": 429}),
+        json!({"flow": "invoice", "quota": "api", "status": 429}),
+        json!({"flow": "invoice"}),
+        json!({"flow": "invoice", "status": 700}),
+        json!({"flow": "invoice", "status": 200, "duration_ms": 3_600_001}),
+        json!({"flow": "invoice", "upstream": "429"}),
+    ] {
+        let response = app
+            .client
+            .post(format!("{}/v1/report", app.base))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 422, "{bad}");
+    }
+}
+
+#[sqlx::test]
+async fn a_reported_duration_feeds_the_flows_average_hold_time(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 2").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let granted = app.reserve(json!({"flow": "invoice"})).await;
+    let lease_id = granted.lease_id.unwrap();
+    let answer = app
+        .post_json(
+            "/v1/report",
+            json!({"flow": "invoice", "lease_id": lease_id, "status": 200, "duration_ms": 2500}),
+        )
+        .await;
+    assert_eq!(answer["released"], json!(true));
+    assert_eq!(answer["held_seconds"].as_f64(), Some(2.5), "{answer}");
+    assert_eq!(
+        answer["avg_lease_seconds"].as_f64(),
+        Some(2.5),
+        "first sample"
+    );
 }
