@@ -26,12 +26,12 @@ use super::observe::{late_would_defers, past_ceiling};
 use super::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
-use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::store::slots::{give_back_slots, take_slots};
 use crate::store::work::{
     first_look, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, SlotLease,
 };
-use crate::store::{first_lease_expiry, take_paced, Take, WorkItem};
+use crate::store::{first_lease_expiry, take_paced, Refusal, Take, WorkItem};
 
 /// Most items one claim may lease.
 pub const MAX_CLAIM: i64 = 100;
@@ -71,6 +71,9 @@ pub struct Claim {
     /// Deferred only: the earliest time something could be granted.
     pub retry_at: Option<DateTime<Utc>>,
     pub retry_after_seconds: Option<i64>,
+    /// Deferred only: the limit holding the work back (the one that lifts
+    /// first): budget, cadence or in_flight.
+    pub limit: Option<Limit>,
 }
 
 /// The flows of the catalog the worker asked for, by how they spend a quota.
@@ -155,8 +158,8 @@ struct Leased {
     takes: Vec<LaneTake>,
     /// Concurrency slot leases of the leased items, by item id.
     slot_leases: HashMap<i64, SlotLease>,
-    /// Lanes that had work but took nothing: when their limit lifts.
-    retry_at: Option<DateTime<Utc>>,
+    /// Of the lanes that had work but took nothing, the limit that lifts first.
+    lifts_first: Option<Refusal>,
 }
 
 impl Arbiter {
@@ -182,7 +185,7 @@ impl Arbiter {
             .await?;
         if leased.items.is_empty() {
             return self
-                .nothing_claimed(request, horizon, leased.retry_at)
+                .nothing_claimed(request, horizon, leased.lifts_first)
                 .await;
         }
         let mut items = Vec::with_capacity(leased.items.len());
@@ -234,6 +237,7 @@ impl Arbiter {
             items,
             retry_at: None,
             retry_after_seconds: None,
+            limit: None,
         })
     }
 
@@ -268,7 +272,7 @@ impl Arbiter {
         chosen.sort_by_key(|(c, _)| c.rank());
         let remaining = request.max - chosen.len() as i64;
         let mut takes = Vec::new();
-        let mut retry_at = None;
+        let mut lifts_first = None;
         let mut waiting: Vec<(Candidate, Kind)> = Vec::new();
         if remaining > 0 {
             // Lanes that need no slot go first: a claim then holds a quota's
@@ -285,8 +289,8 @@ impl Arbiter {
                     // The guard: a ceiling below 1 grants nothing.
                     continue;
                 }
-                let (took, lifts_at) = take_for_lane(&mut tx, quota, remaining, ceiling).await?;
-                retry_at = earliest(retry_at, lifts_at);
+                let (took, stopped_by) = take_for_lane(&mut tx, quota, remaining, ceiling).await?;
+                lifts_first = earliest(lifts_first, stopped_by);
                 let Some(took) = took else {
                     continue;
                 };
@@ -308,7 +312,7 @@ impl Arbiter {
             items,
             takes,
             slot_leases,
-            retry_at,
+            lifts_first,
         })
     }
 
@@ -349,13 +353,14 @@ impl Arbiter {
         }
     }
 
-    /// Deferred (work is waiting: retry at the next window, or when an item
-    /// enters the bypass horizon) or empty.
+    /// Deferred (work is waiting: retry at the next window, when an item
+    /// enters the bypass horizon, or when a cadence or concurrency limit lifts
+    /// if that is sooner) or empty.
     async fn nothing_claimed(
         &self,
         request: &ClaimRequest,
         horizon_seconds: f64,
-        limits_lift_at: Option<DateTime<Utc>>,
+        lifts_first: Option<Refusal>,
     ) -> Result<Claim, StoreUnavailable> {
         let backlog = self
             .bounded(
@@ -370,31 +375,36 @@ impl Arbiter {
                 items: Vec::new(),
                 retry_at: None,
                 retry_after_seconds: None,
+                limit: None,
             });
         }
-        // The next window or an item entering the bypass horizon, unless a
-        // cadence or concurrency limit lifts sooner.
-        let retry_at = earliest(Some(backlog.retry_at), limits_lift_at)
-            .map_or(backlog.retry_at, |at| at.max(backlog.db_now));
+        let waiting = Refusal {
+            limit: Limit::Budget,
+            retry_at: backlog.retry_at,
+        };
+        let lifts = earliest(Some(waiting), lifts_first).unwrap_or(waiting);
+        let retry_at = lifts.retry_at.max(backlog.db_now);
         let waited = Decision::new(Outcome::Deferred, "").deferred_until(retry_at, backlog.db_now);
         Ok(Claim {
             outcome: ClaimOutcome::Deferred,
             items: Vec::new(),
             retry_at: waited.retry_at,
             retry_after_seconds: waited.retry_after_seconds,
+            // An item entering the bypass horizon waits on the budget till then.
+            limit: Some(lifts_first.map_or(Limit::Budget, |r| r.limit)),
         })
     }
 }
 
 /// Takes up to `want` slots for one enforced quota's lane (no more than its
 /// free concurrency slots, locked first: the lock order of a single
-/// reservation). Also answers when the limit lifts if nothing was taken.
+/// reservation). Also answers what stopped it if nothing was taken.
 async fn take_for_lane(
     tx: &mut PgConnection,
     quota: &QuotaRule,
     want: i64,
     ceiling: i64,
-) -> Result<(Option<LaneTake>, Option<DateTime<Utc>>), sqlx::Error> {
+) -> Result<(Option<LaneTake>, Option<Refusal>), sqlx::Error> {
     let name = &quota.name;
     let free_slots = match quota.max_in_flight {
         Some(_) => lock_free_slots(&mut *tx, name, want).await?,
@@ -406,20 +416,28 @@ async fn take_for_lane(
     };
     if want == 0 {
         let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
-        return Ok((None, Some(expiry)));
+        let full = Refusal {
+            limit: Limit::InFlight,
+            retry_at: expiry,
+        };
+        return Ok((None, Some(full)));
     }
     let take = match quota.cadence {
         None => take_slots(&mut *tx, name, want, ceiling).await?,
         // Cadence tokens and budget slots together, one at a time.
         Some(_) => take_paced(tx, quota, want, ceiling).await?,
     };
-    let lifts_at = if take.taken == 0 { take.retry_at } else { None };
+    let stopped_by = if take.taken == 0 {
+        take.stopped_by
+    } else {
+        None
+    };
     let took = LaneTake {
         quota: name.clone(),
         take,
         free_slots,
     };
-    Ok((Some(took), lifts_at))
+    Ok((Some(took), stopped_by))
 }
 
 /// Leases the chosen items to `worker`, each with its decision's outcome and
@@ -496,9 +514,10 @@ async fn settle_takes(
     Ok(slot_leases)
 }
 
-fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+/// The refusal that lifts first.
+fn earliest(a: Option<Refusal>, b: Option<Refusal>) -> Option<Refusal> {
     match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
+        (Some(a), Some(b)) => Some(if b.retry_at < a.retry_at { b } else { a }),
         (a, b) => a.or(b),
     }
 }

@@ -220,7 +220,7 @@ pub async fn take_paced(
                 clock: reservation.clock,
                 taken,
                 count_after,
-                retry_at: reservation.refusal.map(|r| r.retry_at),
+                stopped_by: reservation.refusal,
             });
         }
     }

@@ -3,8 +3,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use super::Store;
+use super::{Refusal, Store};
 use crate::clock::ClockReading;
+use crate::decision::Limit;
 
 /// What the take-up-to-k upsert answered.
 #[derive(Clone, Copy, Debug)]
@@ -14,8 +15,9 @@ pub struct Take {
     pub taken: i64,
     /// The window's count after the take (`None` when nothing was taken).
     pub count_after: Option<i64>,
-    /// Fewer than asked were taken: when the limit that stopped the take lifts.
-    pub retry_at: Option<DateTime<Utc>>,
+    /// Fewer than asked were taken: the limit that stopped the take, and
+    /// when it lifts.
+    pub stopped_by: Option<Refusal>,
 }
 
 impl Store {
@@ -49,7 +51,10 @@ pub async fn take_slots<'e>(
         clock,
         taken: row.taken,
         count_after: row.count_after,
-        retry_at: (row.taken < k).then_some(clock.window_end),
+        stopped_by: (row.taken < k).then_some(Refusal {
+            limit: Limit::Budget,
+            retry_at: clock.window_end,
+        }),
     })
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use quota_arbiter::arbiter::{Claim, ClaimOutcome};
+use quota_arbiter::decision::Limit;
 use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -388,6 +389,7 @@ async fn a_deferred_claim_without_deadlines_waits_for_the_next_window(pool: PgPo
     );
     let deferred = claim(&app, json!({"worker": "w-2"})).await;
     assert_eq!(deferred.outcome, ClaimOutcome::Deferred);
+    assert_eq!(deferred.limit, Some(Limit::Budget));
     let window_end: DateTime<Utc> = sqlx::query_scalar("SELECT window_end_of(arbiter_now())")
         .fetch_one(&pool)
         .await
@@ -439,6 +441,7 @@ async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
 
     let full = claim(&app, json!({"worker": "w-2", "max": 5})).await;
     assert_eq!(full.outcome, ClaimOutcome::Deferred);
+    assert_eq!(full.limit, Some(Limit::InFlight));
     let wait = full.retry_at.unwrap() - db_now(&pool).await;
     assert!(
         wait <= Duration::seconds(31),
@@ -478,6 +481,7 @@ async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPo
     assert_eq!(first.items.len(), 1, "a bucket of one token");
     let paced = claim(&app, json!({"worker": "w-1", "max": 3})).await;
     assert_eq!(paced.outcome, ClaimOutcome::Deferred);
+    assert_eq!(paced.limit, Some(Limit::Cadence));
     let wait = paced.retry_at.unwrap() - db_now(&pool).await;
     assert!(
         wait > Duration::zero() && wait <= Duration::seconds(2),
