@@ -163,19 +163,38 @@ impl Arbiter {
         .await
     }
 
+    /// Cadence and concurrency slots: a statement for this request alone. It
+    /// runs as a task of its own, so a caller that stops waiting (a 503) does
+    /// not cut it off mid-flight; a grant it makes after all is undone.
     async fn reserve_alone(
         &self,
         rule: &Rule,
         count: i64,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
-        let spec = SlotSpec {
-            quota: &rule.quota,
-            flow: &rule.flow.name,
-            slots: count,
-            ceiling: rule.quota.ceiling_for(rule.flow.priority),
-            spend_regardless: false,
-        };
-        self.timed(self.store.reserve(&spec)).await
+        let (store, owned) = (self.store.clone(), rule.clone());
+        let mut attempt = tokio::spawn(async move {
+            let spec = SlotSpec {
+                quota: &owned.quota,
+                flow: &owned.flow.name,
+                slots: count,
+                ceiling: owned.quota.ceiling_for(owned.flow.priority),
+                spend_regardless: false,
+            };
+            store.reserve(&spec).await
+        });
+        let mut answered = false;
+        let reservation = self
+            .timed(async {
+                let joined = (&mut attempt).await;
+                answered = true;
+                joined.unwrap_or_else(|crashed| Err(sqlx::Error::Protocol(crashed.to_string())))
+            })
+            .await;
+        if !answered {
+            let (store, quota) = (self.store.clone(), rule.quota.name.clone());
+            tokio::spawn(undo_late_grant(attempt, store, quota, count));
+        }
+        reservation
     }
 
     /// A reservation within the time budget, its latency measured and its
@@ -211,6 +230,35 @@ impl Arbiter {
         self.metrics.record_decision(&decision, known_flow);
         self.ledger.tally(&decision, had_deadline);
         decision
+    }
+}
+
+/// How long a reservation answered too late may still run before it is
+/// given up (its slots then stay counted: an over-count, never an under-count).
+const LATE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A grant made after its caller was told 503: nobody emits on it, so its
+/// budget slots go back and its concurrency lease is freed (its cadence
+/// tokens stay spent: the bucket only errs on the slow side).
+async fn undo_late_grant(
+    mut attempt: tokio::task::JoinHandle<Result<crate::store::Reservation, sqlx::Error>>,
+    store: Store,
+    quota: String,
+    slots: i64,
+) {
+    let reservation = match tokio::time::timeout(LATE_LIMIT, &mut attempt).await {
+        Ok(Ok(Ok(reservation))) if reservation.count_after.is_some() => reservation,
+        Ok(_) => return,
+        Err(_) => return attempt.abort(),
+    };
+    let window = reservation.clock.window_start;
+    if let Err(error) = store.give_back_slots(&quota, window, slots).await {
+        tracing::warn!(%error, quota, slots, "late grant not given back: counted as spent");
+    }
+    if let Some(lease) = reservation.lease {
+        if let Err(error) = store.release_lease(lease.id, None).await {
+            tracing::warn!(%error, quota, "late grant's lease not freed: it expires by itself");
+        }
     }
 }
 

@@ -5,19 +5,15 @@
 //! whether it counted) and its would-defers join the tallies late; only a
 //! statement that fails is counted after the fact.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::task::JoinHandle;
 
-use super::Arbiter;
+use super::{Arbiter, LATE_LIMIT};
 use crate::catalog::Rule;
 use crate::decision::{Decision, SlotRequest};
 use crate::store::{Reservation, SlotSpec};
 use crate::tally::Ledger;
-
-/// How long a late observation may still run before it is given up and its
-/// slots are counted after the fact (an over-count at worst, never an under-count).
-const LATE_LIMIT: Duration = Duration::from_secs(60);
 
 type Attempt = JoinHandle<Result<Reservation, sqlx::Error>>;
 

@@ -252,3 +252,48 @@ async fn an_enforced_grant_nobody_waited_for_is_given_back(pool: PgPool) {
         .count();
     assert_eq!(granted, 6, "the whole ceiling is still there to grant");
 }
+
+#[sqlx::test]
+async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 10, "invoice", "enforce").await;
+    sqlx::query("UPDATE quota SET max_in_flight = 1 WHERE name = 'api'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = slow_store_app(&pool).await;
+    // A first grant creates the window row; its lease is freed at once.
+    let first = app.reserve(json!({"flow": "invoice"})).await;
+    let lease_id = first.lease_id.unwrap();
+    app.post_json(
+        "/v1/report",
+        json!({"flow": "invoice", "lease_id": lease_id}),
+    )
+    .await;
+    // Long holds on record: a lease now lasts 60 s, well past this test.
+    sqlx::query("UPDATE flow_lease_duration SET avg_seconds = 30 WHERE flow = 'invoice'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let tx = lock_window(&pool, "api").await;
+
+    let response = app.post_reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(response.status(), 503, "no answer in time is no grant");
+    tx.rollback().await.unwrap();
+
+    // The statement went through once the lock was gone; nobody emits on it:
+    // its slot goes back and its lease is freed, so the only slot is free.
+    let undone = eventually(Duration::from_secs(5), (1, 0), || async {
+        let leases: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        (current_count(&pool, "api").await, leases)
+    })
+    .await;
+    assert_eq!(undone, (1, 0), "(window count, live leases)");
+    let again = app.reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(again.outcome, Outcome::Granted, "{again:?}");
+}
