@@ -12,6 +12,7 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::Mode;
+use crate::store::QuotaLimits;
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
@@ -56,22 +57,9 @@ pub struct Config {
     #[serde(with = "humantime_serde_compat")]
     pub work_retention: Duration,
     #[serde(default)]
-    pub quotas: BTreeMap<String, QuotaSeed>,
+    pub quotas: BTreeMap<String, QuotaLimits>,
     #[serde(default)]
     pub flows: BTreeMap<String, FlowSeed>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QuotaSeed {
-    pub hourly_ceiling: Option<i64>,
-    /// Cadence: sustained tokens per second (with `burst`).
-    pub rate: Option<f64>,
-    pub burst: Option<f64>,
-    pub adaptive: Option<bool>,
-    pub max_in_flight: Option<i32>,
-    pub priority2_share: Option<i16>,
-    pub priority3_share: Option<i16>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -166,8 +154,8 @@ impl Config {
         for (name, quota) in &self.quotas {
             crate::catalog::validate_name(name)
                 .map_err(|why| invalid(&format!("quotas.{name}"), why))?;
-            let ceiling = quota.hourly_ceiling.unwrap_or(self.hourly_ceiling);
-            crate::catalog::validate_limits(ceiling, quota.rate, quota.burst)
+            quota
+                .settings(self.hourly_ceiling)
                 .map_err(|why| invalid(&format!("quotas.{name}"), why))?;
         }
         for (name, flow) in &self.flows {

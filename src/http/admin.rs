@@ -9,9 +9,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiQuery};
 use super::AppState;
-use crate::catalog::{validate_limits, validate_name, Mode};
+use crate::catalog::{validate_name, Mode};
 use crate::report::{self, Report};
-use crate::store::{FlowChange, FlowRow, QuotaRow, QuotaSettings, WindowRow};
+use crate::store::{FlowChange, FlowRow, QuotaLimits, QuotaRow, WindowRow};
 
 /// Who the audit trail names for changes made with the admin token.
 const ADMIN_ACTOR: &str = "api:admin";
@@ -27,55 +27,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_flows))
         .routes(routes!(list_windows))
         .routes(routes!(observe_report))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct QuotaBody {
-    /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
-    pub hourly_ceiling: Option<i64>,
-    /// Cadence: sustained tokens per second (with `burst`).
-    pub rate: Option<f64>,
-    /// Cadence: bucket size, at least 1 (with `rate`).
-    pub burst: Option<f64>,
-    /// Shrink the cadence on upstream errors (default true).
-    pub adaptive: Option<bool>,
-    /// Concurrency slots; a grant holds a lease on one.
-    #[schema(minimum = 1, maximum = 10000)]
-    pub max_in_flight: Option<i32>,
-    /// Headroom: percent of the ceiling open to priority-2 flows.
-    #[schema(minimum = 0, maximum = 100)]
-    pub priority2_share: Option<i16>,
-    /// Headroom: percent of the ceiling open to priority-3 flows.
-    #[schema(minimum = 0, maximum = 100)]
-    pub priority3_share: Option<i16>,
-}
-
-impl QuotaBody {
-    fn into_settings(self, default_ceiling: i64) -> Result<QuotaSettings, ApiError> {
-        let invalid = |why: &str| Err(ApiError::Invalid(why.to_string()));
-        let ceiling = self.hourly_ceiling.unwrap_or(default_ceiling);
-        validate_limits(ceiling, self.rate, self.burst).map_err(ApiError::Invalid)?;
-        if self
-            .max_in_flight
-            .is_some_and(|n| !(1..=10_000).contains(&n))
-        {
-            return invalid("`max_in_flight` must be between 1 and 10000");
-        }
-        let share_ok = |s: Option<i16>| s.is_none_or(|p| (0..=100).contains(&p));
-        if !share_ok(self.priority2_share) || !share_ok(self.priority3_share) {
-            return invalid("`priority2_share` and `priority3_share` are percentages (0-100)");
-        }
-        Ok(QuotaSettings {
-            hourly_ceiling: ceiling,
-            rate: self.rate,
-            burst: self.burst,
-            adaptive: self.adaptive,
-            max_in_flight: self.max_in_flight,
-            priority2_share: self.priority2_share,
-            priority3_share: self.priority3_share,
-        })
-    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -120,7 +71,7 @@ fn valid_name(name: &str, what: &str) -> Result<(), ApiError> {
 }
 
 /// Create or update a quota.
-#[utoipa::path(put, path = "/v1/quotas/{name}", tag = "admin", request_body = QuotaBody,
+#[utoipa::path(put, path = "/v1/quotas/{name}", tag = "admin", request_body = QuotaLimits,
     params(("name" = String, Path, description = "Quota name")),
     security(("admin_token" = [])),
     responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 422, body = Problem)))]
@@ -128,10 +79,12 @@ pub async fn put_quota(
     _: Admin,
     State(state): State<AppState>,
     Path(name): Path<String>,
-    ApiJson(body): ApiJson<QuotaBody>,
+    ApiJson(body): ApiJson<QuotaLimits>,
 ) -> Result<Json<QuotaRow>, ApiError> {
     valid_name(&name, "quota name")?;
-    let settings = body.into_settings(state.default_ceiling)?;
+    let settings = body
+        .settings(state.default_ceiling)
+        .map_err(ApiError::Invalid)?;
     let row = state.store.put_quota(ADMIN_ACTOR, &name, &settings).await?;
     state.catalog.refresh(state.store.pool()).await?;
     Ok(Json(row))

@@ -1,12 +1,12 @@
 //! Catalog administration and window inspection.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::Store;
-use crate::catalog::Mode;
+use crate::catalog::{validate_limits, Mode};
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct QuotaRow {
@@ -27,7 +27,60 @@ pub struct QuotaRow {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A quota's settings as `PUT /v1/quotas/{name}` replaces them.
+/// A quota's limits as declared, in `PUT /v1/quotas/{name}` or a config
+/// file's `[quotas.NAME]`; a limit left out is off.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaLimits {
+    /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
+    pub hourly_ceiling: Option<i64>,
+    /// Cadence: sustained tokens per second (with `burst`).
+    pub rate: Option<f64>,
+    /// Cadence: bucket size, at least 1 (with `rate`).
+    pub burst: Option<f64>,
+    /// Shrink the cadence on upstream errors (default true).
+    pub adaptive: Option<bool>,
+    /// Concurrency slots; a grant holds a lease on one.
+    #[schema(minimum = 1, maximum = 10000)]
+    pub max_in_flight: Option<i32>,
+    /// Headroom: percent of the ceiling open to priority-2 flows.
+    #[schema(minimum = 0, maximum = 100)]
+    pub priority2_share: Option<i16>,
+    /// Headroom: percent of the ceiling open to priority-3 flows.
+    #[schema(minimum = 0, maximum = 100)]
+    pub priority3_share: Option<i16>,
+}
+
+impl QuotaLimits {
+    /// The settings to store, `default_ceiling` standing in for a ceiling
+    /// left out; every limit checked.
+    pub fn settings(&self, default_ceiling: i64) -> Result<QuotaSettings, String> {
+        let ceiling = self.hourly_ceiling.unwrap_or(default_ceiling);
+        validate_limits(ceiling, self.rate, self.burst)?;
+        if self
+            .max_in_flight
+            .is_some_and(|n| !(1..=10_000).contains(&n))
+        {
+            return Err("`max_in_flight` must be between 1 and 10000".into());
+        }
+        let share_ok = |s: Option<i16>| s.is_none_or(|p| (0..=100).contains(&p));
+        if !share_ok(self.priority2_share) || !share_ok(self.priority3_share) {
+            return Err("`priority2_share` and `priority3_share` are percentages (0-100)".into());
+        }
+        Ok(QuotaSettings {
+            hourly_ceiling: ceiling,
+            rate: self.rate,
+            burst: self.burst,
+            adaptive: self.adaptive,
+            max_in_flight: self.max_in_flight,
+            priority2_share: self.priority2_share,
+            priority3_share: self.priority3_share,
+        })
+    }
+}
+
+/// A quota's settings as `PUT /v1/quotas/{name}` replaces them: the declared
+/// limits, checked, with the ceiling resolved.
 #[derive(Clone, Debug, Default)]
 pub struct QuotaSettings {
     pub hourly_ceiling: i64,

@@ -18,7 +18,9 @@ mod reserve;
 pub mod slots;
 pub mod work;
 
-pub use admin::{FlowChange, FlowRow, ObserveTally, QuotaRow, QuotaSettings, UsageRow, WindowRow};
+pub use admin::{
+    FlowChange, FlowRow, ObserveTally, QuotaLimits, QuotaRow, QuotaSettings, UsageRow, WindowRow,
+};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
 pub use reserve::{
     first_lease_expiry, take_paced, AdaptedCadence, Lease, Refusal, ReleasedLease, SlotSpec,

@@ -146,3 +146,19 @@ fn work_retention_defaults_to_a_week_and_zero_keeps_everything() {
         Ok(())
     });
 }
+
+#[test]
+fn a_seeded_quota_is_checked_like_one_put_through_the_api() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "quota-arbiter.toml",
+            "[quotas.api]\nhourly_ceiling = 100\nmax_in_flight = 0\n",
+        )?;
+        let error = Config::load().unwrap_err().to_string();
+        assert!(
+            error.contains("quotas.api") && error.contains("max_in_flight"),
+            "{error}"
+        );
+        Ok(())
+    });
+}
