@@ -9,6 +9,7 @@ mod pgbench;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,18 @@ struct ArmResult {
     p99_ms: Option<f64>,
 }
 
+impl ArmResult {
+    /// An arm's rate with the percentiles of its `sorted` latencies.
+    fn measured(name: &str, per_second: f64, sorted: &[Duration]) -> Self {
+        Self {
+            name: name.to_string(),
+            per_second,
+            p50_ms: percentile_ms(sorted, 0.50),
+            p99_ms: percentile_ms(sorted, 0.99),
+        }
+    }
+}
+
 pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     store::ensure_database(&config).await?;
@@ -73,61 +86,30 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
     let bare = format!("{tag}-bare");
     let capped = format!("{tag}-capped");
     let queued = format!("{tag}-work");
-    for (name, ceiling) in [
-        (&hot, UNREACHABLE_CEILING),
-        (&queued, UNREACHABLE_CEILING),
-        (&bare, UNREACHABLE_CEILING),
-        (&capped, args.ceiling),
+    let ceiling = |hourly_ceiling| QuotaSettings {
+        hourly_ceiling,
+        ..QuotaSettings::default()
+    };
+    for (name, settings) in [
+        (&hot, ceiling(UNREACHABLE_CEILING)),
+        (&queued, ceiling(UNREACHABLE_CEILING)),
+        (&bare, ceiling(UNREACHABLE_CEILING)),
+        (&capped, ceiling(args.ceiling)),
     ] {
-        let settings = QuotaSettings {
-            hourly_ceiling: ceiling,
-            ..QuotaSettings::default()
-        };
-        store.put_quota(BENCH_ACTOR, name, &settings).await?;
-        let enforced = FlowChange {
-            quota: name.clone(),
-            mode: Some(Mode::Enforce),
-            ..FlowChange::default()
-        };
-        store
-            .put_flow(BENCH_ACTOR, name, &enforced, ceiling)
-            .await?;
+        declare(&store, name, &settings, Mode::Enforce).await?;
     }
-
     // New flows start in observe mode, so observation carries full traffic:
     // a ceiling well below the demand, so most decisions would defer.
     let watched = format!("{tag}-observe");
-    let observed = QuotaSettings {
-        hourly_ceiling: args.ceiling,
-        ..QuotaSettings::default()
-    };
-    store.put_quota(BENCH_ACTOR, &watched, &observed).await?;
-    let observe = FlowChange {
-        quota: watched.clone(),
-        mode: Some(Mode::Observe),
-        ..FlowChange::default()
-    };
-    store
-        .put_flow(BENCH_ACTOR, &watched, &observe, args.ceiling)
-        .await?;
-
+    declare(&store, &watched, &ceiling(args.ceiling), Mode::Observe).await?;
     let paced = format!("{tag}-cadence");
     let cadence = QuotaSettings {
-        hourly_ceiling: UNREACHABLE_CEILING,
         rate: Some(args.cadence_rate),
         burst: Some(args.cadence_burst),
         adaptive: Some(false),
-        ..QuotaSettings::default()
+        ..ceiling(UNREACHABLE_CEILING)
     };
-    store.put_quota(BENCH_ACTOR, &paced, &cadence).await?;
-    let enforced = FlowChange {
-        quota: paced.clone(),
-        mode: Some(Mode::Enforce),
-        ..FlowChange::default()
-    };
-    store
-        .put_flow(BENCH_ACTOR, &paced, &enforced, UNREACHABLE_CEILING)
-        .await?;
+    declare(&store, &paced, &cadence, Mode::Enforce).await?;
 
     let app = Application::build_with_pool(server_config, pool.clone()).await?;
     let base = format!("http://{}", app.local_addr());
@@ -185,7 +167,7 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
         .await?,
     );
     if !args.no_pgbench {
-        match pgbench(&config, &tag, args.concurrency, args.duration).await {
+        match pgbench(&config, &store, &tag, args.concurrency, args.duration).await {
             Ok(arm) => arms.push(arm),
             Err(error) => println!("(pgbench baseline skipped: {error:#})"),
         }
@@ -232,6 +214,24 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A quota and a flow of the same name in `mode`, for one arm.
+async fn declare(
+    store: &Store,
+    name: &str,
+    settings: &QuotaSettings,
+    mode: Mode,
+) -> anyhow::Result<()> {
+    store.put_quota(BENCH_ACTOR, name, settings).await?;
+    let flow = FlowChange {
+        quota: name.to_string(),
+        mode: Some(mode),
+        ..FlowChange::default()
+    };
+    let ceiling = settings.hourly_ceiling;
+    store.put_flow(BENCH_ACTOR, name, &flow, ceiling).await?;
+    Ok(())
+}
+
 async fn reserve(client: &reqwest::Client, url: &str, flow: &str) -> anyhow::Result<Decision> {
     let response = client
         .post(url)
@@ -253,33 +253,61 @@ where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send,
 {
-    let started = Instant::now();
-    let until = started + duration;
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
+    let until = Instant::now() + duration;
+    drive_calls(name, concurrency, usize::MAX, move |_| {
         let call = call.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            while Instant::now() < until {
-                let t = Instant::now();
-                call().await?;
-                latencies.push(t.elapsed());
+        async move {
+            if Instant::now() >= until {
+                return Ok(false);
             }
-            anyhow::Ok(latencies)
-        }));
-    }
+            call().await?;
+            Ok(true)
+        }
+    })
+    .await
+}
+
+/// Calls `call(n)` for n = 0.. from `concurrency` tasks until `total` calls
+/// or a call answers `false`; the rate and latencies of the `true` calls.
+async fn drive_calls<F, Fut>(
+    name: &str,
+    concurrency: usize,
+    total: usize,
+    call: F,
+) -> anyhow::Result<ArmResult>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = anyhow::Result<bool>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (call, next) = (call.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= total {
+                        return anyhow::Ok(latencies);
+                    }
+                    let t = Instant::now();
+                    if !call(n).await? {
+                        return Ok(latencies);
+                    }
+                    latencies.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
     let mut latencies = Vec::new();
     for task in tasks {
         latencies.extend(task.await??);
     }
     let elapsed = started.elapsed().as_secs_f64();
     latencies.sort_unstable();
-    Ok(ArmResult {
-        name: name.to_string(),
-        per_second: latencies.len() as f64 / elapsed,
-        p50_ms: percentile_ms(&latencies, 0.50),
-        p99_ms: percentile_ms(&latencies, 0.99),
-    })
+    let per_second = latencies.len() as f64 / elapsed;
+    Ok(ArmResult::measured(name, per_second, &latencies))
 }
 
 fn percentile_ms(sorted: &[Duration], p: f64) -> Option<f64> {
@@ -291,12 +319,12 @@ fn percentile_ms(sorted: &[Duration], p: f64) -> Option<f64> {
 /// The server's conditional upsert under pgbench, on a quota of its own.
 async fn pgbench(
     config: &Config,
+    store: &Store,
     tag: &str,
     concurrency: usize,
     duration: Duration,
 ) -> anyhow::Result<ArmResult> {
     let quota = format!("{tag}-pgbench");
-    let store = Store::new(store::connect_lazy(config)?);
     store
         .set_quota_ceiling(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
         .await?;

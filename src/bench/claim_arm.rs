@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{percentile_ms, pgbench, ArmResult, BENCH_ACTOR, UNREACHABLE_CEILING};
+use super::{drive_calls, pgbench, ArmResult, BENCH_ACTOR, UNREACHABLE_CEILING};
 use crate::arbiter::{Claim, ClaimOutcome};
 use crate::config::Config;
 use crate::store::Store;
@@ -20,7 +20,7 @@ pub(super) async fn run(
     concurrency: usize,
     duration: Duration,
 ) -> anyhow::Result<Vec<ArmResult>> {
-    let enqueue = timed(concurrency, items, {
+    let enqueue = drive_calls("HTTP POST /v1/work (enqueue)", concurrency, items, {
         let (client, url, flow) = (client.clone(), format!("{base}/v1/work"), flow.to_string());
         move |n| {
             let (client, url, flow) = (client.clone(), url.clone(), flow.clone());
@@ -36,35 +36,40 @@ pub(super) async fn run(
             }
         }
     });
-    let mut arms = vec![arm("HTTP POST /v1/work (enqueue)", enqueue.await?)];
+    let mut arms = vec![enqueue.await?];
     let until = Instant::now() + duration;
     let unavailable = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let claims = timed(concurrency, usize::MAX, {
-        let (client, url) = (client.clone(), format!("{base}/v1/work/claim"));
-        let unavailable = unavailable.clone();
-        move |n| {
-            let (client, url, unavailable) = (client.clone(), url.clone(), unavailable.clone());
-            async move {
-                if Instant::now() >= until {
-                    return Ok(false);
-                }
-                let body = json!({"worker": format!("bench-{}", n % 1024), "max": 1});
-                // A 503 (claims of one quota queue on its window row) is retried,
-                // as a worker would; the latency includes the retries.
-                let response = loop {
-                    let response = client.post(&url).json(&body).send().await?;
-                    if response.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
-                        break response;
+    let claims = drive_calls(
+        "HTTP POST /v1/work/claim (max 1)",
+        concurrency,
+        usize::MAX,
+        {
+            let (client, url) = (client.clone(), format!("{base}/v1/work/claim"));
+            let unavailable = unavailable.clone();
+            move |n| {
+                let (client, url, unavailable) = (client.clone(), url.clone(), unavailable.clone());
+                async move {
+                    if Instant::now() >= until {
+                        return Ok(false);
                     }
-                    unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                };
-                let claim: Claim = response.error_for_status()?.json().await?;
-                Ok(claim.outcome == ClaimOutcome::Claimed)
+                    let body = json!({"worker": format!("bench-{}", n % 1024), "max": 1});
+                    // A 503 (claims of one quota queue on its window row) is retried,
+                    // as a worker would; the latency includes the retries.
+                    let response = loop {
+                        let response = client.post(&url).json(&body).send().await?;
+                        if response.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                            break response;
+                        }
+                        unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    };
+                    let claim: Claim = response.error_for_status()?.json().await?;
+                    Ok(claim.outcome == ClaimOutcome::Claimed)
+                }
             }
-        }
-    });
-    arms.push(arm("HTTP POST /v1/work/claim (max 1)", claims.await?));
+        },
+    );
+    arms.push(claims.await?);
     let retried = unavailable.load(std::sync::atomic::Ordering::Relaxed);
     if retried > 0 {
         println!("({retried} claims answered 503 store-unavailable and were retried)");
@@ -94,7 +99,7 @@ pub(super) async fn pgbench_baseline(
         .await?;
     let (flows, ceiling) = (format!("ARRAY['{quota}']"), UNREACHABLE_CEILING.to_string());
     let (name, horizon) = (format!("'{quota}'"), "900");
-    let sql = |file: &str, literals: &[&str]| pgbench::with_literals(file, literals);
+    let sql = pgbench::with_literals;
     let script = [
         "BEGIN;".to_string(),
         sql(
@@ -124,54 +129,4 @@ pub(super) async fn pgbench_baseline(
     .join("\n");
     let name = "same claim transaction via pgbench";
     pgbench::run(config, name, &script, concurrency, duration).await
-}
-
-fn arm(name: &str, (per_second, latencies): (f64, Vec<Duration>)) -> ArmResult {
-    ArmResult {
-        name: name.to_string(),
-        per_second,
-        p50_ms: percentile_ms(&latencies, 0.50),
-        p99_ms: percentile_ms(&latencies, 0.99),
-    }
-}
-
-/// Calls `call(n)` for n = 0.. from `concurrency` tasks until `total` calls
-/// or a call answers `false`; rate and sorted latencies of the `true` calls.
-async fn timed<F, Fut>(
-    concurrency: usize,
-    total: usize,
-    call: F,
-) -> anyhow::Result<(f64, Vec<Duration>)>
-where
-    F: Fn(usize) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<bool>> + Send,
-{
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (call, next) = (call.clone(), next.clone());
-            tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                loop {
-                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if n >= total {
-                        return anyhow::Ok(latencies);
-                    }
-                    let t = Instant::now();
-                    if !call(n).await? {
-                        return Ok(latencies);
-                    }
-                    latencies.push(t.elapsed());
-                }
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    latencies.sort_unstable();
-    Ok((latencies.len() as f64 / elapsed, latencies))
 }
