@@ -111,6 +111,18 @@ pub async fn post_reserve(client: &reqwest::Client, base: &str, body: Value) -> 
         .expect("request sent")
 }
 
+/// The Prometheus text a server exposes at `/metrics`.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("request sent")
+        .text()
+        .await
+        .expect("a text answer")
+}
+
 /// Creates a quota and a flow straight in the tables.
 pub async fn create_flow(pool: &PgPool, quota: &str, ceiling: i64, flow: &str, mode: &str) {
     sqlx::query("INSERT INTO quota (name, hourly_ceiling) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET hourly_ceiling = $2")
@@ -123,6 +135,15 @@ pub async fn create_flow(pool: &PgPool, quota: &str, ceiling: i64, flow: &str, m
         .bind(flow)
         .bind(quota)
         .bind(mode)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// Sets limits of `quota` straight in its row, e.g. `"rate = 4, burst = 5"`.
+pub async fn set_limits(pool: &PgPool, quota: &str, settings: &str) {
+    sqlx::query(&format!("UPDATE quota SET {settings} WHERE name = $1"))
+        .bind(quota)
         .execute(pool)
         .await
         .unwrap();

@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, database_url, eventually, post_reserve, postgres_host_port, Replica, TestApp,
+    create_flow, database_url, eventually, metrics_text, post_reserve, postgres_host_port, Replica,
+    TestApp,
 };
 
 /// Runs an operator command of the real binary against this test's database.
@@ -331,15 +332,7 @@ async fn metrics_expose_modes_usage_and_pool(pool: PgPool) {
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
     let app = TestApp::spawn(pool).await;
     app.reserve(json!({"flow": "invoice"})).await;
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&app.client, &app.base).await;
     for line in [
         r#"quota_arbiter_flow_mode{flow="invoice",quota="ppf",mode="enforce"} 1"#,
         r#"quota_arbiter_flow_mode{flow="invoice",quota="ppf",mode="observe"} 0"#,

@@ -10,8 +10,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, database_url, eventually, pin_clock, postgres_host_port,
-    test_config, Replica, StoreProxy, TestApp,
+    create_flow, current_count, database_url, eventually, metrics_text, pin_clock,
+    postgres_host_port, set_limits, test_config, Replica, StoreProxy, TestApp,
 };
 
 async fn seed(pool: &PgPool) {
@@ -191,15 +191,7 @@ async fn an_observation_the_store_answers_late_is_granted_at_once_and_counted_on
     );
     assert_eq!(decision.outcome, Outcome::Granted);
     assert!(!decision.would_defer, "not known yet when answered");
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&app.client, &app.base).await;
     assert!(
         metrics.contains("quota_arbiter_store_errors_total{operation=\"reserve\"} 1\n"),
         "the early answer shows as a store error"
@@ -257,10 +249,7 @@ async fn an_enforced_grant_nobody_waited_for_is_given_back(pool: PgPool) {
 async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 10, "invoice", "enforce").await;
-    sqlx::query("UPDATE quota SET max_in_flight = 1 WHERE name = 'api'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    set_limits(&pool, "api", "max_in_flight = 1").await;
     let app = slow_store_app(&pool).await;
     // A first grant creates the window row; its lease is freed at once.
     let first = app.reserve(json!({"flow": "invoice"})).await;

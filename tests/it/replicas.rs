@@ -9,7 +9,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, database_url, eventually, pin_clock, post_reserve,
+    create_flow, current_count, database_url, eventually, metrics_text, pin_clock, post_reserve,
     postgres_host_port, Replica,
 };
 
@@ -146,14 +146,7 @@ async fn reserve_store_errors(replicas: &[Replica]) -> usize {
     let client = reqwest::Client::new();
     let mut total = 0.0;
     for replica in replicas {
-        let text = client
-            .get(format!("{}/metrics", replica.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = metrics_text(&client, &replica.base).await;
         total += text
             .lines()
             .filter(|l| l.starts_with("quota_arbiter_store_errors_total{operation=\"reserve\"}"))

@@ -10,7 +10,7 @@ use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, pin_clock, TestApp};
+use crate::helpers::{create_flow, current_count, pin_clock, set_limits, TestApp};
 
 async fn post(app: &TestApp, path: &str, body: Value) -> reqwest::Response {
     app.client
@@ -413,10 +413,7 @@ async fn enqueue_n(app: &TestApp, flow: &str, n: usize) {
 async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100, "sync", "enforce").await;
-    sqlx::query("UPDATE quota SET max_in_flight = 2 WHERE name = 'api'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    set_limits(&pool, "api", "max_in_flight = 2").await;
     let app = TestApp::spawn(pool.clone()).await;
     enqueue_n(&app, "sync", 5).await;
 
@@ -470,10 +467,7 @@ async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
 async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100, "sync", "enforce").await;
-    sqlx::query("UPDATE quota SET rate = 0.5, burst = 1 WHERE name = 'api'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    set_limits(&pool, "api", "rate = 0.5, burst = 1").await;
     let app = TestApp::spawn(pool.clone()).await;
     enqueue_n(&app, "sync", 3).await;
 
