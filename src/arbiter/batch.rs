@@ -192,7 +192,7 @@ impl Arbiter {
             .iter()
             .map(|(i, rule)| (rule.flow.name.clone(), requests[*i].deadline.is_some()))
             .collect();
-        let late = late_would_defers(rule.quota.name.clone(), asked, slots.clone(), ceiling);
+        let late = || late_would_defers(rule.quota.name.clone(), asked, slots.clone(), ceiling);
         let total = slots.iter().sum();
         let reservation = self.spend_observed(rule, total, late).await;
         let window_start = reservation

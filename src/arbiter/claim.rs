@@ -335,7 +335,7 @@ impl Arbiter {
             .map(|&i| (items[i].item.flow.clone(), items[i].item.deadline.is_some()))
             .collect();
         let ceiling = rule.quota.hourly_ceiling;
-        let late = late_would_defers(quota.to_string(), asked, slots.clone(), ceiling);
+        let late = || late_would_defers(quota.to_string(), asked, slots.clone(), ceiling);
         let total = indices.len() as i64;
         let reservation = self.spend_observed(&rule, total, late).await;
         let past = reservation

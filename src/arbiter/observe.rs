@@ -29,14 +29,16 @@ impl Arbiter {
         rule: &Rule,
         request: &SlotRequest,
     ) -> Decision {
-        let (quota, flow) = (rule.quota.name.clone(), rule.flow.name.clone());
-        let had_deadline = request.deadline.is_some();
-        let late: LateTally = Box::new(move |reservation, ledger| {
-            if reservation.refusal.is_some() {
-                let window = reservation.clock.window_start;
-                ledger.tally_late_would_defer(window, &quota, &flow, had_deadline);
-            }
-        });
+        let late = || -> LateTally {
+            let (quota, flow) = (rule.quota.name.clone(), rule.flow.name.clone());
+            let had_deadline = request.deadline.is_some();
+            Box::new(move |reservation, ledger| {
+                if reservation.refusal.is_some() {
+                    let window = reservation.clock.window_start;
+                    ledger.tally_late_would_defer(window, &quota, &flow, had_deadline);
+                }
+            })
+        };
         match self.spend_observed(rule, request.count, late).await {
             Some(reservation) => {
                 decision.window_start = Some(reservation.clock.window_start);
@@ -50,13 +52,13 @@ impl Arbiter {
 
     /// Spends `slots` of an observed quota. `None` when the store did not
     /// answer in time: the slots are then recorded in the background (the
-    /// statement's own count, or after the fact if it fails) and `late` runs
-    /// on an answer that comes after all.
+    /// statement's own count, or after the fact if it fails) and the tally
+    /// `late` makes (only then) runs on an answer that comes after all.
     pub(super) async fn spend_observed(
         &self,
         rule: &Rule,
         slots: i64,
-        late: LateTally,
+        late: impl FnOnce() -> LateTally,
     ) -> Option<Reservation> {
         let started = Instant::now();
         let mut attempt = self.spawn_observation(rule, slots);
@@ -73,7 +75,7 @@ impl Arbiter {
             Err(_) => {
                 tracing::warn!(quota, timeout = ?self.store_timeout, "observed decision answered before the store; its statement finishes in the background");
                 let ledger = self.ledger.clone();
-                tokio::spawn(settle_late(attempt, ledger, quota.clone(), slots, late));
+                tokio::spawn(settle_late(attempt, ledger, quota.clone(), slots, late()));
             }
         }
         self.metrics.store_error("reserve");
