@@ -378,12 +378,9 @@ impl Arbiter {
                 limit: None,
             });
         }
-        let waiting = Refusal {
-            limit: Limit::Budget,
-            retry_at: backlog.retry_at,
-        };
-        let lifts = earliest(Some(waiting), lifts_first).unwrap_or(waiting);
-        let retry_at = lifts.retry_at.max(backlog.db_now);
+        let retry_at = lifts_first
+            .map_or(backlog.retry_at, |r| r.retry_at.min(backlog.retry_at))
+            .max(backlog.db_now);
         let waited = Decision::new(Outcome::Deferred, "").deferred_until(retry_at, backlog.db_now);
         Ok(Claim {
             outcome: ClaimOutcome::Deferred,
