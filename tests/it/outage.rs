@@ -272,16 +272,25 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
 
     // The statement went through once the lock was gone; nobody emits on it:
     // its slot goes back and its lease is freed, so the only slot is free.
-    let undone = eventually(Duration::from_secs(5), (1, 0), || async {
-        let leases: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()",
+    // Until the late statement commits, the window and the slot still read
+    // as before it: wait for the undo's lease release (a second sample of
+    // the flow's hold time), which comes after its give-back.
+    eventually(Duration::from_secs(5), 2, || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT samples FROM flow_lease_duration WHERE flow = 'invoice'",
         )
         .fetch_one(&pool)
         .await
-        .unwrap();
-        (current_count(&pool, "api").await, leases)
+        .unwrap()
     })
     .await;
+    let leases: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let undone = (current_count(&pool, "api").await, leases);
     assert_eq!(undone, (1, 0), "(window count, live leases)");
     let again = app.reserve(json!({"flow": "invoice"})).await;
     assert_eq!(again.outcome, Outcome::Granted, "{again:?}");
