@@ -163,16 +163,15 @@ impl Arbiter {
         .await
     }
 
-    /// Cadence and concurrency slots: a statement for this request alone. It
-    /// runs as a task of its own, so a caller that stops waiting (a 503) does
-    /// not cut it off mid-flight; a grant it makes after all is undone.
+    /// Cadence and concurrency slots: a statement for this request alone. A
+    /// grant it makes after the caller got a 503 is undone.
     async fn reserve_alone(
         &self,
         rule: &Rule,
         count: i64,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
         let (store, owned) = (self.store.clone(), rule.clone());
-        let mut attempt = tokio::spawn(async move {
+        let reservation = self.reserve_in_budget(async move {
             let spec = SlotSpec {
                 quota: &owned.quota,
                 flow: &owned.flow.name,
@@ -182,19 +181,47 @@ impl Arbiter {
             };
             store.reserve(&spec).await
         });
-        let mut answered = false;
-        let reservation = self
-            .timed(async {
-                let joined = (&mut attempt).await;
-                answered = true;
-                joined.unwrap_or_else(|crashed| Err(sqlx::Error::Protocol(crashed.to_string())))
-            })
-            .await;
-        if !answered {
-            let (store, quota) = (self.store.clone(), rule.quota.name.clone());
-            tokio::spawn(undo_late_grant(attempt, store, quota, count));
+        match reservation.await {
+            Ok(answered) => answered.map_err(|error| StoreUnavailable(error.to_string())),
+            Err(late) => {
+                let (store, quota) = (self.store.clone(), rule.quota.name.clone());
+                tokio::spawn(undo_late_grant(late, store, quota, count));
+                Err(StoreUnavailable(format!(
+                    "no answer within {:?}",
+                    self.store_timeout
+                )))
+            }
         }
-        reservation
+    }
+
+    /// Runs a reservation as a task of its own within the time budget:
+    /// dropping a statement mid-flight would leave it unknown whether it
+    /// spent anything. In time: its outcome (latency measured, clock kept).
+    /// Too late: the task, still running, for the caller to settle.
+    async fn reserve_in_budget(
+        &self,
+        call: impl std::future::Future<Output = Result<crate::store::Reservation, sqlx::Error>>
+            + Send
+            + 'static,
+    ) -> Result<Result<crate::store::Reservation, sqlx::Error>, Attempt> {
+        let started = Instant::now();
+        let mut attempt = tokio::spawn(call);
+        let Ok(joined) = tokio::time::timeout(self.store_timeout, &mut attempt).await else {
+            self.metrics.store_error("reserve");
+            return Err(attempt);
+        };
+        match joined.unwrap_or_else(|crashed| Err(sqlx::Error::Protocol(crashed.to_string()))) {
+            Ok(reservation) => {
+                self.metrics
+                    .observe_reserve(started.elapsed().as_secs_f64());
+                self.clock.observe(reservation.clock);
+                Ok(Ok(reservation))
+            }
+            Err(error) => {
+                self.metrics.store_error("reserve");
+                Ok(Err(error))
+            }
+        }
     }
 
     /// A reservation within the time budget, its latency measured and its
@@ -233,23 +260,33 @@ impl Arbiter {
     }
 }
 
+/// A reservation still running when its answer was due.
+type Attempt = tokio::task::JoinHandle<Result<crate::store::Reservation, sqlx::Error>>;
+
 /// How long a reservation answered too late may still run before it is
 /// given up (its slots then stay counted: an over-count, never an under-count).
 const LATE_LIMIT: Duration = Duration::from_secs(60);
 
+/// What a late reservation came to; `None` when it was given up.
+async fn late_outcome(
+    mut attempt: Attempt,
+) -> Option<Result<crate::store::Reservation, sqlx::Error>> {
+    match tokio::time::timeout(LATE_LIMIT, &mut attempt).await {
+        Ok(joined) => Some(joined.unwrap_or_else(|c| Err(sqlx::Error::Protocol(c.to_string())))),
+        Err(_) => {
+            attempt.abort();
+            None
+        }
+    }
+}
+
 /// A grant made after its caller was told 503: nobody emits on it, so its
 /// budget slots go back and its concurrency lease is freed (its cadence
 /// tokens stay spent: the bucket only errs on the slow side).
-async fn undo_late_grant(
-    mut attempt: tokio::task::JoinHandle<Result<crate::store::Reservation, sqlx::Error>>,
-    store: Store,
-    quota: String,
-    slots: i64,
-) {
-    let reservation = match tokio::time::timeout(LATE_LIMIT, &mut attempt).await {
-        Ok(Ok(Ok(reservation))) if reservation.count_after.is_some() => reservation,
-        Ok(_) => return,
-        Err(_) => return attempt.abort(),
+async fn undo_late_grant(attempt: Attempt, store: Store, quota: String, slots: i64) {
+    let reservation = match late_outcome(attempt).await {
+        Some(Ok(reservation)) if reservation.count_after.is_some() => reservation,
+        _ => return,
     };
     let window = reservation.clock.window_start;
     if let Err(error) = store.give_back_slots(&quota, window, slots).await {

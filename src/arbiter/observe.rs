@@ -5,17 +5,13 @@
 //! whether it counted) and its would-defers join the tallies late; only a
 //! statement that fails is counted after the fact.
 
-use std::time::Instant;
+use std::future::Future;
 
-use tokio::task::JoinHandle;
-
-use super::{Arbiter, LATE_LIMIT};
+use super::{late_outcome, Arbiter, Attempt};
 use crate::catalog::Rule;
 use crate::decision::{Decision, SlotRequest};
 use crate::store::{Reservation, SlotSpec};
 use crate::tally::Ledger;
-
-type Attempt = JoinHandle<Result<Reservation, sqlx::Error>>;
 
 /// What to tally once a reservation answered after its decision did.
 pub(super) type LateTally = Box<dyn FnOnce(&Reservation, &Ledger) + Send>;
@@ -52,45 +48,44 @@ impl Arbiter {
 
     /// Spends `slots` of an observed quota. `None` when the store did not
     /// answer in time: the slots are then recorded in the background (the
-    /// statement's own count, or after the fact if it fails) and the tally
-    /// `late` makes (only then) runs on an answer that comes after all.
+    /// statement's own count, or after the fact if it fails), and the tally
+    /// `late_tally` makes (only then) runs on an answer that comes after all.
     pub(super) async fn spend_observed(
         &self,
         rule: &Rule,
         slots: i64,
-        late: impl FnOnce() -> LateTally,
+        late_tally: impl FnOnce() -> LateTally,
     ) -> Option<Reservation> {
-        let started = Instant::now();
-        let mut attempt = self.spawn_observation(rule, slots);
         let quota = &rule.quota.name;
-        match tokio::time::timeout(self.store_timeout, &mut attempt).await {
-            Ok(Ok(Ok(reservation))) => {
-                self.metrics
-                    .observe_reserve(started.elapsed().as_secs_f64());
-                self.clock.observe(reservation.clock);
-                return Some(reservation);
+        match self.reserve_in_budget(self.observation(rule, slots)).await {
+            Ok(Ok(reservation)) => return Some(reservation),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
+                self.ledger.spend_after_the_fact(quota, None, slots);
             }
-            Ok(Ok(Err(error))) => self.count_unobserved(quota, slots, &error),
-            Ok(Err(crashed)) => self.count_unobserved(quota, slots, &crashed),
-            Err(_) => {
+            Err(late) => {
                 tracing::warn!(quota, timeout = ?self.store_timeout, "observed decision answered before the store; its statement finishes in the background");
                 let ledger = self.ledger.clone();
-                tokio::spawn(settle_late(attempt, ledger, quota.clone(), slots, late()));
+                tokio::spawn(settle_late(
+                    late,
+                    ledger,
+                    quota.clone(),
+                    slots,
+                    late_tally(),
+                ));
             }
         }
-        self.metrics.store_error("reserve");
         None
     }
 
-    fn count_unobserved(&self, quota: &str, slots: i64, error: &dyn std::fmt::Display) {
-        tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
-        self.ledger.spend_after_the_fact(quota, None, slots);
-    }
-
-    fn spawn_observation(&self, rule: &Rule, slots: i64) -> Attempt {
+    fn observation(
+        &self,
+        rule: &Rule,
+        slots: i64,
+    ) -> impl Future<Output = Result<Reservation, sqlx::Error>> + Send + 'static {
         let (store, rule) = (self.store.clone(), rule.clone());
         let coalescer = self.coalescer.clone();
-        tokio::spawn(async move {
+        async move {
             let ceiling = rule.quota.ceiling_for(rule.flow.priority);
             if rule.quota.cadence.is_none() {
                 // Only the budget to check: spent together with every other
@@ -105,23 +100,16 @@ impl Arbiter {
                 spend_regardless: true,
             };
             store.reserve(&spec).await
-        })
+        }
     }
 }
 
 /// Waits for an observation already answered; what it finds joins the record.
-async fn settle_late(
-    mut attempt: Attempt,
-    ledger: Ledger,
-    quota: String,
-    slots: i64,
-    late: LateTally,
-) {
-    match tokio::time::timeout(LATE_LIMIT, &mut attempt).await {
-        Ok(Ok(Ok(reservation))) => late(&reservation, &ledger),
-        Ok(_) => ledger.spend_after_the_fact(&quota, None, slots),
-        Err(_) => {
-            attempt.abort();
+async fn settle_late(attempt: Attempt, ledger: Ledger, quota: String, slots: i64, late: LateTally) {
+    match late_outcome(attempt).await {
+        Some(Ok(reservation)) => late(&reservation, &ledger),
+        Some(Err(_)) => ledger.spend_after_the_fact(&quota, None, slots),
+        None => {
             tracing::warn!(
                 quota,
                 "late observation gave no answer; counting after the fact"
