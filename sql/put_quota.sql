@@ -1,8 +1,8 @@
--- Create or replace a quota's settings (PUT semantics: a limit not given is
--- off; `adaptive` defaults to true).
+-- Create a quota or replace its settings: the caller resolved and checked
+-- every field (a PATCH merged it with the stored row first).
 INSERT INTO quota AS q (name, hourly_ceiling, rate, burst, adaptive, max_in_flight,
                        priority2_share, priority3_share)
-VALUES ($1, $2, $3, $4, coalesce($5, true), $6, $7, $8)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (name) DO UPDATE
     SET hourly_ceiling  = EXCLUDED.hourly_ceiling,
         rate            = EXCLUDED.rate,

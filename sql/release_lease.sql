@@ -2,13 +2,18 @@
 -- flow's moving average (avg = avg * 0.9 + held * 0.1): the emission's own
 -- duration $2 (seconds) when the worker reported one, else the time since the
 -- lease was taken. A lease that already expired and was taken again is not
--- found: nothing happens.
-WITH held AS (
-    SELECT s.quota, s.slot, s.flow,
-           coalesce($2::float8, extract(epoch FROM arbiter_now() - s.taken_at)::float8) AS seconds
+-- found: nothing happens. With $3 (a flow) or $4 (a quota), a lease held by
+-- another flow or quota is left alone and its holder returned instead.
+WITH lease AS (
+    SELECT s.quota, s.slot, s.flow, s.taken_at
     FROM quota_slot s
     WHERE s.lease_id = $1
     FOR UPDATE
+), held AS (
+    SELECT quota, slot, flow,
+           coalesce($2::float8, extract(epoch FROM arbiter_now() - taken_at)::float8) AS seconds
+    FROM lease
+    WHERE ($3::text IS NULL OR flow = $3) AND ($4::text IS NULL OR quota = $4)
 ), freed AS (
     UPDATE quota_slot s
     SET lease_id = NULL, flow = NULL, taken_at = NULL, valid_until = NULL
@@ -25,4 +30,6 @@ WITH held AS (
 )
 SELECT (SELECT flow FROM freed)           AS "flow?",
        (SELECT seconds FROM freed)        AS "held_seconds?",
-       (SELECT avg_seconds FROM averaged) AS "avg_seconds?"
+       (SELECT avg_seconds FROM averaged) AS "avg_seconds?",
+       (SELECT flow FROM lease)           AS "holder_flow?",
+       (SELECT quota FROM lease)          AS "holder_quota?"

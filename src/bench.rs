@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use crate::catalog::Mode;
+use crate::catalog::{FlowSettings, QuotaSettings};
 use crate::config::Config;
 use crate::decision::{Decision, Outcome};
 use crate::startup::Application;
-use crate::store::{self, FlowChange, QuotaSettings, Store};
+use crate::store::{self, Store};
 
 const BENCH_ACTOR: &str = "bench";
 
@@ -86,10 +87,7 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
     let bare = format!("{tag}-bare");
     let capped = format!("{tag}-capped");
     let queued = format!("{tag}-work");
-    let ceiling = |hourly_ceiling| QuotaSettings {
-        hourly_ceiling,
-        ..QuotaSettings::default()
-    };
+    let ceiling = QuotaSettings::sized;
     for (name, settings) in [
         (&hot, ceiling(UNREACHABLE_CEILING)),
         (&queued, ceiling(UNREACHABLE_CEILING)),
@@ -106,7 +104,7 @@ pub async fn run(config: Config, args: BenchArgs) -> anyhow::Result<()> {
     let cadence = QuotaSettings {
         rate: Some(args.cadence_rate),
         burst: Some(args.cadence_burst),
-        adaptive: Some(false),
+        adaptive: false,
         ..ceiling(UNREACHABLE_CEILING)
     };
     declare(&store, &paced, &cadence, Mode::Enforce).await?;
@@ -222,13 +220,13 @@ async fn declare(
     mode: Mode,
 ) -> anyhow::Result<()> {
     store.put_quota(BENCH_ACTOR, name, settings).await?;
-    let flow = FlowChange {
+    let flow = FlowSettings {
         quota: name.to_string(),
-        mode: Some(mode),
-        ..FlowChange::default()
+        mode,
+        priority: crate::catalog::DEFAULT_PRIORITY,
+        enforce_percent: None,
     };
-    let ceiling = settings.hourly_ceiling;
-    store.put_flow(BENCH_ACTOR, name, &flow, ceiling).await?;
+    store.put_flow(BENCH_ACTOR, name, &flow, None).await?;
     Ok(())
 }
 
@@ -325,9 +323,8 @@ async fn pgbench(
     duration: Duration,
 ) -> anyhow::Result<ArmResult> {
     let quota = format!("{tag}-pgbench");
-    store
-        .set_quota_ceiling(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
-        .await?;
+    let sized = QuotaSettings::sized(UNREACHABLE_CEILING);
+    store.put_quota(BENCH_ACTOR, &quota, &sized).await?;
     let (name, ceiling) = (format!("'{quota}'"), UNREACHABLE_CEILING.to_string());
     let statement = include_str!("../sql/reserve_slots.sql");
     let script = pgbench::with_literals(statement, &[&name, "1", &ceiling, "false"]) + ";\n";

@@ -10,6 +10,13 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+mod settings;
+
+pub use settings::{
+    FlowBody, FlowPatch, FlowPatchError, FlowSettings, Patch, QuotaLimits, QuotaPatch,
+    QuotaSettings, DEFAULT_PRIORITY,
+};
+
 pub const MAX_NAME_LEN: usize = 128;
 /// Largest hourly ceiling (2^53): `count + k` can never overflow.
 pub const MAX_CEILING: i64 = 1 << 53;
@@ -183,6 +190,10 @@ impl Snapshot {
         })
     }
 
+    pub fn has_quota(&self, quota: &str) -> bool {
+        self.quotas.contains_key(quota)
+    }
+
     pub fn flows(&self) -> impl Iterator<Item = &FlowRule> {
         self.flows.values()
     }
@@ -214,7 +225,7 @@ impl Catalog {
         let quotas = sqlx::query_file!("sql/list_quotas.sql", None::<String>)
             .fetch_all(&mut *tx)
             .await?;
-        let flows = sqlx::query_file!("sql/list_flows.sql")
+        let flows = sqlx::query_file!("sql/list_flows.sql", None::<String>)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -1,9 +1,9 @@
 //! Command line: one binary, `quota-arbiter`.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::bench::BenchArgs;
-use crate::catalog::Mode;
+use crate::catalog::{FlowPatch, Mode, Patch, QuotaPatch};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -24,24 +24,11 @@ pub enum Command {
     Migrate,
     /// List flows with their quota, mode and priority.
     Flows,
-    /// Flip a flow's mode: observe, enforce or count.
-    Flow {
-        name: String,
-        #[arg(value_parser = parse_mode)]
-        mode: Mode,
-        /// Create the flow on this quota if it does not exist yet.
-        #[arg(long)]
-        quota: Option<String>,
-        /// Enforce mode: defer only this share (1-100) of over-ceiling decisions.
-        #[arg(long)]
-        percent: Option<i16>,
-    },
-    /// Create or update a quota.
-    Quota {
-        name: String,
-        #[arg(long)]
-        hourly_ceiling: i64,
-    },
+    /// Create a flow or change what is given (like PATCH): a mode without
+    /// --percent is the whole mode.
+    Flow(FlowArgs),
+    /// Create a quota or change what is given (like PATCH).
+    Quota(QuotaArgs),
     /// Recent windows with count, ceiling and tallies by outcome.
     Windows {
         #[arg(long)]
@@ -65,6 +52,135 @@ pub enum Command {
     Bench(BenchArgs),
 }
 
+#[derive(Debug, Args)]
+pub struct FlowArgs {
+    pub name: String,
+    /// observe, enforce or count.
+    #[arg(value_parser = parse_mode)]
+    pub mode: Option<Mode>,
+    /// The quota the flow spends (required to create it).
+    #[arg(long)]
+    pub quota: Option<String>,
+    /// Enforce mode only: defer this share (1-100) of over-ceiling decisions.
+    #[arg(long)]
+    pub percent: Option<i16>,
+    /// 1 (most important) to 9.
+    #[arg(long)]
+    pub priority: Option<i16>,
+    /// Create the quota (default ceiling) if it does not exist.
+    #[arg(long)]
+    pub create_quota: bool,
+}
+
+impl FlowArgs {
+    pub fn patch(&self) -> FlowPatch {
+        FlowPatch {
+            quota: self.quota.clone().into(),
+            mode: self.mode.into(),
+            priority: self.priority.into(),
+            enforce_percent: self.percent.into(),
+            create_quota: self.create_quota,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct QuotaArgs {
+    pub name: String,
+    #[arg(long)]
+    pub hourly_ceiling: Option<i64>,
+    /// Cadence: sustained tokens per second (with --burst).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Cadence: bucket size (with --rate).
+    #[arg(long)]
+    pub burst: Option<f64>,
+    /// Shrink the cadence on upstream errors.
+    #[arg(long)]
+    pub adaptive: Option<bool>,
+    #[arg(long)]
+    pub max_in_flight: Option<i32>,
+    #[arg(long)]
+    pub priority2_share: Option<i16>,
+    #[arg(long)]
+    pub priority3_share: Option<i16>,
+    /// Turn settings off, as `null` does in a PATCH: --clear rate,burst
+    #[arg(long, value_delimiter = ',', value_parser = parse_quota_field)]
+    pub clear: Vec<QuotaField>,
+}
+
+impl QuotaArgs {
+    /// The merge patch these flags say; a setting both given and cleared is refused.
+    pub fn patch(&self) -> Result<QuotaPatch, String> {
+        let clear = &self.clear;
+        Ok(QuotaPatch {
+            hourly_ceiling: flag(clear, QuotaField::HourlyCeiling, self.hourly_ceiling)?,
+            rate: flag(clear, QuotaField::Rate, self.rate)?,
+            burst: flag(clear, QuotaField::Burst, self.burst)?,
+            adaptive: flag(clear, QuotaField::Adaptive, self.adaptive)?,
+            max_in_flight: flag(clear, QuotaField::MaxInFlight, self.max_in_flight)?,
+            priority2_share: flag(clear, QuotaField::Priority2Share, self.priority2_share)?,
+            priority3_share: flag(clear, QuotaField::Priority3Share, self.priority3_share)?,
+        })
+    }
+}
+
+/// One field of the patch: given, cleared, or left as it is.
+fn flag<T>(clear: &[QuotaField], field: QuotaField, value: Option<T>) -> Result<Patch<T>, String> {
+    match (clear.contains(&field), value) {
+        (true, Some(_)) => Err(format!("{} is both given and cleared", field.name())),
+        (true, None) => Ok(Patch::Remove),
+        (false, value) => Ok(value.into()),
+    }
+}
+
 fn parse_mode(text: &str) -> Result<Mode, String> {
     text.parse()
+}
+
+/// A quota setting `--clear` can turn off, named as in the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaField {
+    HourlyCeiling,
+    Rate,
+    Burst,
+    Adaptive,
+    MaxInFlight,
+    Priority2Share,
+    Priority3Share,
+}
+
+impl QuotaField {
+    const ALL: [QuotaField; 7] = [
+        QuotaField::HourlyCeiling,
+        QuotaField::Rate,
+        QuotaField::Burst,
+        QuotaField::Adaptive,
+        QuotaField::MaxInFlight,
+        QuotaField::Priority2Share,
+        QuotaField::Priority3Share,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            QuotaField::HourlyCeiling => "hourly_ceiling",
+            QuotaField::Rate => "rate",
+            QuotaField::Burst => "burst",
+            QuotaField::Adaptive => "adaptive",
+            QuotaField::MaxInFlight => "max_in_flight",
+            QuotaField::Priority2Share => "priority2_share",
+            QuotaField::Priority3Share => "priority3_share",
+        }
+    }
+}
+
+fn parse_quota_field(text: &str) -> Result<QuotaField, String> {
+    let name = text.replace('-', "_");
+    QuotaField::ALL
+        .into_iter()
+        .find(|field| field.name() == name)
+        .ok_or_else(|| {
+            let known: Vec<_> = QuotaField::ALL.iter().map(|f| f.name()).collect();
+            format!("unknown setting `{text}` ({})", known.join(", "))
+        })
 }

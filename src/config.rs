@@ -11,8 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::Mode;
-use crate::store::QuotaLimits;
+use crate::catalog::{Mode, QuotaLimits};
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
@@ -29,6 +28,91 @@ const ENV_KEYS: &[&str] = &[
     "lease_duration",
     "work_retention",
 ];
+
+/// `QUOTA_*` variables that belong to others on the same machine: the file
+/// path read before the layers, and the worker client's settings.
+const OTHER_QUOTA_VARS: &[&str] = &[
+    "QUOTA_CONFIG",
+    "QUOTA_ARBITER_URL",
+    "QUOTA_ARBITER_KEY",
+    "QUOTA_CLIENT_RATE",
+    "QUOTA_CLIENT_BURST",
+    "QUOTA_RETRY_ATTEMPTS",
+    "QUOTA_RETRY_BASE",
+    "QUOTA_RETRY_MAX",
+];
+
+/// `QUOTA_*` variables that configure nothing, each with why it is named: a
+/// typo (`QUOTA_HOURLY_CEILNG`) is otherwise ignored without a word. Service
+/// links a platform injects (Kubernetes: `QUOTA_SERVICE_HOST`,
+/// `QUOTA_ARBITER_PORT_8080_TCP`, …) and the client's variables are not named.
+pub fn ignored_env_vars(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let known: Vec<String> = ENV_KEYS
+        .iter()
+        .map(|key| format!("QUOTA_{}", key.to_uppercase()))
+        .collect();
+    let mut ignored: Vec<String> = names
+        .into_iter()
+        .filter(|name| name.starts_with("QUOTA_"))
+        .filter(|name| !known.contains(name) && !OTHER_QUOTA_VARS.contains(&name.as_str()))
+        .filter(|name| !is_service_link(name))
+        .map(|name| {
+            let closest = known.iter().min_by_key(|key| edit_distance(key, &name));
+            match closest.filter(|key| edit_distance(key, &name) <= 3) {
+                Some(key) => {
+                    format!("{name} is not a setting and is ignored (did you mean {key}?)")
+                }
+                None => format!("{name} is not a setting and is ignored"),
+            }
+        })
+        .collect();
+    ignored.sort();
+    ignored
+}
+
+/// Docker-style service links and service variables, as Kubernetes injects
+/// them for every service: `<SVC>_SERVICE_HOST`, `<SVC>_SERVICE_PORT[_<NAME>]`,
+/// `<SVC>_PORT`, `<SVC>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]`.
+fn is_service_link(name: &str) -> bool {
+    if name.ends_with("_SERVICE_HOST")
+        || name.ends_with("_SERVICE_PORT")
+        || name.contains("_SERVICE_PORT_")
+        || name.ends_with("_PORT")
+    {
+        return true;
+    }
+    name.match_indices("_PORT_").any(|(at, _)| {
+        let mut parts = name[at + 6..].split('_');
+        let port = parts
+            .next()
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        let protocol = parts
+            .next()
+            .is_some_and(|p| ["TCP", "UDP", "SCTP"].contains(&p));
+        let rest: Vec<_> = parts.collect();
+        port && protocol
+            && (rest.is_empty()
+                || (rest.len() == 1 && ["PROTO", "PORT", "ADDR"].contains(&rest[0])))
+    })
+}
+
+/// Levenshtein distance, for "did you mean" on a typo'd variable.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
 
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -230,7 +314,12 @@ fn describe(errors: &figment::Error) -> String {
                 },
                 None => "defaults".to_string(),
             };
-            format!("`{key}`: {} (from {source})", error.kind)
+            // A file that cannot be read concerns no key.
+            if key.is_empty() {
+                format!("{} (from {source})", error.kind)
+            } else {
+                format!("`{key}`: {} (from {source})", error.kind)
+            }
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -294,5 +383,51 @@ mod humantime_serde_compat {
         humantime::parse_duration(&text).map_err(|e| {
             serde::de::Error::custom(format!("`{text}` is not a duration like 15m or 90s: {e}"))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ignored(names: &[&str]) -> Vec<String> {
+        ignored_env_vars(names.iter().map(|n| n.to_string()))
+    }
+
+    #[test]
+    fn a_typo_in_a_variable_is_named_with_what_was_meant() {
+        let warnings = ignored(&["QUOTA_HOURLY_CEILNG", "QUOTA_LISTEN", "PATH"]);
+        assert_eq!(
+            warnings,
+            ["QUOTA_HOURLY_CEILNG is not a setting and is ignored (did you mean QUOTA_HOURLY_CEILING?)"]
+        );
+        assert_eq!(
+            ignored(&["QUOTA_SOMETHING_ELSE_ENTIRELY"]),
+            ["QUOTA_SOMETHING_ELSE_ENTIRELY is not a setting and is ignored"]
+        );
+    }
+
+    #[test]
+    fn platform_service_links_and_the_client_are_not_named() {
+        let injected = [
+            "QUOTA_SERVICE_HOST",
+            "QUOTA_SERVICE_PORT",
+            "QUOTA_SERVICE_PORT_HTTP",
+            "QUOTA_PORT",
+            "QUOTA_PORT_8080_TCP",
+            "QUOTA_PORT_8080_TCP_PROTO",
+            "QUOTA_PORT_8080_TCP_PORT",
+            "QUOTA_PORT_8080_TCP_ADDR",
+            "QUOTA_ARBITER_SERVICE_HOST",
+            "QUOTA_ARBITER_PORT_8080_TCP_ADDR",
+            "QUOTA_ARBITER_URL",
+            "QUOTA_CONFIG",
+        ];
+        assert_eq!(ignored(&injected), Vec::<String>::new());
+        assert_eq!(
+            ignored(&["QUOTA_PORT_HTTP_TCP"]).len(),
+            1,
+            "not a link's shape"
+        );
     }
 }

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use quota_arbiter::cli::{Cli, Command};
-use quota_arbiter::config::Config;
+use quota_arbiter::config::{self, Config};
 use quota_arbiter::startup::Application;
 use quota_arbiter::{bench, operator, store, telemetry};
 
@@ -21,6 +21,14 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load()?;
     telemetry::init(config.log_format);
+    for ignored in config::ignored_env_vars(
+        std::env::vars_os().filter_map(|(name, _)| name.into_string().ok()),
+    ) {
+        match cli.command {
+            Command::Serve => tracing::warn!("{ignored}"),
+            _ => eprintln!("warning: {ignored}"),
+        }
+    }
     match cli.command {
         Command::Serve => {
             Application::build(config)
@@ -35,19 +43,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(args) => bench::run(config, args).await?,
         Command::Flows => operator::list_flows(&operator::connect(&config).await?).await?,
-        Command::Flow {
-            name,
-            mode,
-            quota,
-            percent,
-        } => {
-            let store = operator::connect(&config).await?;
-            operator::flip_flow(&store, &config, &name, mode, quota, percent).await?
+        Command::Flow(args) => {
+            operator::change_flow(&operator::connect(&config).await?, &config, &args).await?
         }
-        Command::Quota {
-            name,
-            hourly_ceiling,
-        } => operator::set_quota(&operator::connect(&config).await?, &name, hourly_ceiling).await?,
+        Command::Quota(args) => {
+            operator::change_quota(&operator::connect(&config).await?, &config, &args).await?
+        }
         Command::Windows { quota, last } => {
             operator::windows(&operator::connect(&config).await?, quota.as_deref(), last).await?
         }

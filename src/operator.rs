@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::catalog::{validate_name, Mode};
+use crate::catalog::validate_name;
+use crate::cli::{FlowArgs, QuotaArgs};
 use crate::config::Config;
 use crate::report::{self, Report};
-use crate::store::{FlowChange, FlowRow, Store};
+use crate::store::{CatalogError, FlowRow, Store};
 
 pub async fn connect(config: &Config) -> anyhow::Result<Store> {
     let options = PgConnectOptions::from_str(config.database_url.expose())?
@@ -67,51 +68,66 @@ fn print_flow(f: &FlowRow) {
     );
 }
 
-/// Flips a flow's mode; `quota` creates the flow when it does not exist yet.
-pub async fn flip_flow(
-    store: &Store,
-    config: &Config,
-    name: &str,
-    mode: Mode,
-    quota: Option<String>,
-    enforce_percent: Option<i16>,
-) -> anyhow::Result<()> {
-    validate_name(name).map_err(|why| anyhow::anyhow!("flow name {why}"))?;
-    anyhow::ensure!(
-        enforce_percent.is_none_or(|p| (1..=100).contains(&p)),
-        "--percent must be between 1 and 100"
-    );
-    let actor = cli_actor();
-    let row = match quota {
-        Some(quota) => {
-            validate_name(&quota).map_err(|why| anyhow::anyhow!("--quota {why}"))?;
-            let change = FlowChange {
-                quota,
-                mode: Some(mode),
-                enforce_percent,
-                ..FlowChange::default()
-            };
-            store
-                .put_flow(&actor, name, &change, config.hourly_ceiling)
-                .await?
-        }
-        None => store
-            .set_flow_mode(&actor, name, mode, enforce_percent)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("no flow `{name}`; add --quota Q to create it"))?,
-    };
+/// `flow NAME [MODE] [--quota Q] …`: the same change as `PATCH /v1/flows/NAME`.
+pub async fn change_flow(store: &Store, config: &Config, args: &FlowArgs) -> anyhow::Result<()> {
+    validate_name(&args.name).map_err(|why| anyhow::anyhow!("flow name {why}"))?;
+    if let Some(quota) = &args.quota {
+        validate_name(quota).map_err(|why| anyhow::anyhow!("--quota {why}"))?;
+    }
+    let create_quota = args.create_quota.then_some(config.hourly_ceiling);
+    let row = store
+        .patch_flow(&cli_actor(), &args.name, args.patch(), create_quota)
+        .await
+        .map_err(cli_error)?;
     print_flow(&row);
     Ok(())
 }
 
-pub async fn set_quota(store: &Store, name: &str, hourly_ceiling: i64) -> anyhow::Result<()> {
-    validate_name(name).map_err(|why| anyhow::anyhow!("quota name {why}"))?;
-    crate::catalog::validate_limits(hourly_ceiling, None, None)
-        .map_err(|why| anyhow::anyhow!("--hourly-ceiling: {why}"))?;
-    store
-        .set_quota_ceiling(&cli_actor(), name, hourly_ceiling)
-        .await?;
-    println!("{name} hourly_ceiling={hourly_ceiling}");
+/// `quota NAME [--hourly-ceiling N] …`: the same change as `PATCH /v1/quotas/NAME`.
+pub async fn change_quota(store: &Store, config: &Config, args: &QuotaArgs) -> anyhow::Result<()> {
+    validate_name(&args.name).map_err(|why| anyhow::anyhow!("quota name {why}"))?;
+    let patch = args.patch().map_err(anyhow::Error::msg)?;
+    let row = store
+        .patch_quota(&cli_actor(), &args.name, patch, config.hourly_ceiling)
+        .await
+        .map_err(cli_error)?;
+    let setting = |name: &str, value: Option<String>| value.map(|v| format!(" {name}={v}"));
+    let line: String = [
+        setting("rate", row.rate.map(|v| v.to_string())),
+        setting("burst", row.burst.map(|v| v.to_string())),
+        setting("adaptive", row.rate.map(|_| row.adaptive.to_string())),
+        setting("max_in_flight", row.max_in_flight.map(|v| v.to_string())),
+        setting(
+            "priority2_share",
+            row.priority2_share.map(|v| v.to_string()),
+        ),
+        setting(
+            "priority3_share",
+            row.priority3_share.map(|v| v.to_string()),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    println!("{} hourly_ceiling={}{line}", row.name, row.hourly_ceiling);
+    Ok(())
+}
+
+/// A refused change reads as the API's problem detail would.
+fn cli_error(error: CatalogError) -> anyhow::Error {
+    match error {
+        CatalogError::Store(error) => anyhow::Error::new(error),
+        refused => anyhow::anyhow!("{refused}"),
+    }
+}
+
+/// A quota named on the command line must exist: a typo is an error, not an
+/// empty answer.
+async fn known_quota(store: &Store, quota: Option<&str>) -> anyhow::Result<()> {
+    if let Some(quota) = quota {
+        validate_name(quota).map_err(|why| anyhow::anyhow!("--quota {why}"))?;
+        anyhow::ensure!(store.quota(quota).await?.is_some(), "no quota `{quota}`");
+    }
     Ok(())
 }
 
@@ -120,6 +136,7 @@ pub async fn windows(store: &Store, quota: Option<&str>, last: i32) -> anyhow::R
         (1..=744).contains(&last),
         "--last must be between 1 and 744 hours"
     );
+    known_quota(store, quota).await?;
     let rows = store.recent_windows(quota, last).await?;
     println!(
         "{:<16} {:<20} {:>8} {:>8} {:>8} {:>8} {:>11} {:>8} {:>11}",
@@ -160,6 +177,7 @@ pub async fn report(
     ceiling: Option<i64>,
 ) -> anyhow::Result<()> {
     let since = report::parse_since(since).map_err(|e| anyhow::anyhow!("--since {e}"))?;
+    known_quota(store, quota).await?;
     let report = report::observe_report(store, quota, since, ceiling).await?;
     print_report(&report);
     Ok(())

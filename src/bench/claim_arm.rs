@@ -88,9 +88,8 @@ pub(super) async fn pgbench_baseline(
     duration: Duration,
 ) -> anyhow::Result<ArmResult> {
     let quota = format!("{tag}-pgclaim");
-    store
-        .set_quota_ceiling(BENCH_ACTOR, &quota, UNREACHABLE_CEILING)
-        .await?;
+    let sized = crate::catalog::QuotaSettings::sized(UNREACHABLE_CEILING);
+    store.put_quota(BENCH_ACTOR, &quota, &sized).await?;
     // More than pgbench can claim in the run: a client that found the queue
     // empty would stop with an error.
     let items = 2000 * duration.as_secs().max(1) as i32 + 1000;

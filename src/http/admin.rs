@@ -1,6 +1,7 @@
 //! Admin API: quotas, flows and windows, behind the admin bearer token.
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -9,9 +10,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiQuery};
 use super::AppState;
-use crate::catalog::{validate_name, Mode};
+use crate::catalog::{validate_name, FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
 use crate::report::{self, Report};
-use crate::store::{FlowChange, FlowRow, QuotaLimits, QuotaRow, WindowRow};
+use crate::store::{FlowRow, QuotaRow, WindowRow};
 
 /// Who the audit trail names for changes made with the admin token.
 const ADMIN_ACTOR: &str = "api:admin";
@@ -21,25 +22,12 @@ const MAX_WINDOW_HOURS: i32 = 744;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(put_quota))
         .routes(routes!(list_quotas))
-        .routes(routes!(put_flow))
+        .routes(routes!(get_quota, put_quota, patch_quota, delete_quota))
         .routes(routes!(list_flows))
+        .routes(routes!(get_flow, put_flow, patch_flow, delete_flow))
         .routes(routes!(list_windows))
         .routes(routes!(observe_report))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FlowBody {
-    pub quota: String,
-    /// `observe` when a new flow names none; an existing flow keeps its mode.
-    pub mode: Option<Mode>,
-    #[schema(minimum = 1, maximum = 9)]
-    pub priority: Option<i16>,
-    /// Enforce mode: share of over-ceiling decisions actually deferred (100 = all).
-    #[schema(minimum = 1, maximum = 100)]
-    pub enforce_percent: Option<i16>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -70,7 +58,41 @@ fn valid_name(name: &str, what: &str) -> Result<(), ApiError> {
     validate_name(name).map_err(|why| ApiError::Invalid(format!("{what} {why}")))
 }
 
-/// Create or update a quota.
+/// A quota named in a query must exist: a typo is a 404, not an empty answer.
+async fn known_quota(state: &AppState, quota: Option<&str>) -> Result<(), ApiError> {
+    let Some(quota) = quota else { return Ok(()) };
+    valid_name(quota, "`quota`")?;
+    match state.store.quota(quota).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::NotFound(format!("no quota `{quota}`"))),
+    }
+}
+
+/// Every replica reloads on the catalog trigger's NOTIFY; this one reloads at
+/// once so its own next answer already obeys the change.
+async fn changed<T>(state: &AppState, answer: T) -> Result<T, ApiError> {
+    state.catalog.refresh(state.store.pool()).await?;
+    Ok(answer)
+}
+
+/// One quota.
+#[utoipa::path(get, path = "/v1/quotas/{name}", tag = "admin",
+    params(("name" = String, Path, description = "Quota name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 404, body = Problem)))]
+pub async fn get_quota(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<QuotaRow>, ApiError> {
+    valid_name(&name, "quota name")?;
+    let row = state.store.quota(&name).await?;
+    row.map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no quota `{name}`")))
+}
+
+/// Create a quota or replace all its settings: a limit left out is off, a
+/// ceiling left out is QUOTA_HOURLY_CEILING. To change one field, PATCH.
 #[utoipa::path(put, path = "/v1/quotas/{name}", tag = "admin", request_body = QuotaLimits,
     params(("name" = String, Path, description = "Quota name")),
     security(("admin_token" = [])),
@@ -86,8 +108,44 @@ pub async fn put_quota(
         .settings(state.default_ceiling)
         .map_err(ApiError::Invalid)?;
     let row = state.store.put_quota(ADMIN_ACTOR, &name, &settings).await?;
-    state.catalog.refresh(state.store.pool()).await?;
-    Ok(Json(row))
+    changed(&state, Json(row)).await
+}
+
+/// Change only the fields given (JSON merge patch): `null` turns a limit off.
+/// A quota that does not exist yet is created from the default ceiling.
+#[utoipa::path(patch, path = "/v1/quotas/{name}", tag = "admin", request_body(content = QuotaPatch,
+        content_type = "application/merge-patch+json"),
+    params(("name" = String, Path, description = "Quota name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 422, body = Problem)))]
+pub async fn patch_quota(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(patch): ApiJson<QuotaPatch>,
+) -> Result<Json<QuotaRow>, ApiError> {
+    valid_name(&name, "quota name")?;
+    let row = state
+        .store
+        .patch_quota(ADMIN_ACTOR, &name, patch, state.default_ceiling)
+        .await?;
+    changed(&state, Json(row)).await
+}
+
+/// Delete a quota and its windows; 409 while a flow still spends it.
+#[utoipa::path(delete, path = "/v1/quotas/{name}", tag = "admin",
+    params(("name" = String, Path, description = "Quota name")),
+    security(("admin_token" = [])),
+    responses((status = 204), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem)))]
+pub async fn delete_quota(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    valid_name(&name, "quota name")?;
+    state.store.delete_quota(ADMIN_ACTOR, &name).await?;
+    changed(&state, StatusCode::NO_CONTENT).await
 }
 
 /// List quotas.
@@ -102,8 +160,25 @@ pub async fn list_quotas(
     }))
 }
 
-/// Create or update a flow; a quota it names that does not exist yet is created
-/// with the default ceiling.
+/// One flow.
+#[utoipa::path(get, path = "/v1/flows/{name}", tag = "admin",
+    params(("name" = String, Path, description = "Flow name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = FlowRow), (status = 401, body = Problem), (status = 404, body = Problem)))]
+pub async fn get_flow(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<FlowRow>, ApiError> {
+    valid_name(&name, "flow name")?;
+    let row = state.store.flow(&name).await?;
+    row.map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no flow `{name}`")))
+}
+
+/// Create a flow or replace all its settings: no `mode` is `observe`, no
+/// `priority` is 2, no `enforce_percent` is all. The quota must exist unless
+/// `create_quota` is true. To change one field, PATCH.
 #[utoipa::path(put, path = "/v1/flows/{name}", tag = "admin", request_body = FlowBody,
     params(("name" = String, Path, description = "Flow name")),
     security(("admin_token" = [])),
@@ -115,32 +190,56 @@ pub async fn put_flow(
     ApiJson(body): ApiJson<FlowBody>,
 ) -> Result<Json<FlowRow>, ApiError> {
     valid_name(&name, "flow name")?;
-    valid_name(&body.quota, "`quota`")?;
-    if body.priority.is_some_and(|p| !(1..=9).contains(&p)) {
-        return Err(ApiError::Invalid(
-            "`priority` must be between 1 and 9".into(),
-        ));
-    }
-    if body
-        .enforce_percent
-        .is_some_and(|p| !(1..=100).contains(&p))
-    {
-        return Err(ApiError::Invalid(
-            "`enforce_percent` must be between 1 and 100".into(),
-        ));
-    }
-    let change = FlowChange {
-        quota: body.quota,
-        mode: body.mode,
-        priority: body.priority,
-        enforce_percent: body.enforce_percent,
-    };
+    let create_quota = body.create_quota.then_some(state.default_ceiling);
+    let settings = body.settings().map_err(ApiError::Invalid)?;
     let row = state
         .store
-        .put_flow(ADMIN_ACTOR, &name, &change, state.default_ceiling)
+        .put_flow(ADMIN_ACTOR, &name, &settings, create_quota)
         .await?;
-    state.catalog.refresh(state.store.pool()).await?;
-    Ok(Json(row))
+    changed(&state, Json(row)).await
+}
+
+/// Change only the fields given (JSON merge patch). A `mode` without
+/// `enforce_percent` is the whole mode; a percent outside enforce is refused.
+/// Creating a flow takes its `quota`.
+#[utoipa::path(patch, path = "/v1/flows/{name}", tag = "admin", request_body(content = FlowPatch,
+        content_type = "application/merge-patch+json"),
+    params(("name" = String, Path, description = "Flow name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = FlowRow), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn patch_flow(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(patch): ApiJson<FlowPatch>,
+) -> Result<Json<FlowRow>, ApiError> {
+    valid_name(&name, "flow name")?;
+    if let Patch::Set(quota) = &patch.quota {
+        valid_name(quota, "`quota`")?;
+    }
+    let create_quota = patch.create_quota.then_some(state.default_ceiling);
+    let row = state
+        .store
+        .patch_flow(ADMIN_ACTOR, &name, patch, create_quota)
+        .await?;
+    changed(&state, Json(row)).await
+}
+
+/// Delete a flow; 409 while work items of it are not done.
+#[utoipa::path(delete, path = "/v1/flows/{name}", tag = "admin",
+    params(("name" = String, Path, description = "Flow name")),
+    security(("admin_token" = [])),
+    responses((status = 204), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem)))]
+pub async fn delete_flow(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    valid_name(&name, "flow name")?;
+    state.store.delete_flow(ADMIN_ACTOR, &name).await?;
+    changed(&state, StatusCode::NO_CONTENT).await
 }
 
 /// List flows with their modes.
@@ -169,9 +268,7 @@ pub async fn list_windows(
             "`last` must be between 1 and {MAX_WINDOW_HOURS}"
         )));
     }
-    if let Some(quota) = &query.quota {
-        valid_name(quota, "`quota`")?;
-    }
+    known_quota(&state, query.quota.as_deref()).await?;
     Ok(Json(WindowList {
         windows: state
             .store
@@ -193,7 +290,8 @@ pub struct ReportQuery {
 
 /// What enforcement would have done to each flow still in observe mode.
 #[utoipa::path(get, path = "/v1/report", tag = "admin", params(ReportQuery), security(("admin_token" = [])),
-    responses((status = 200, body = Report), (status = 401, body = Problem), (status = 422, body = Problem)))]
+    responses((status = 200, body = Report), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
 pub async fn observe_report(
     _: Admin,
     State(state): State<AppState>,
@@ -201,9 +299,7 @@ pub async fn observe_report(
 ) -> Result<Json<Report>, ApiError> {
     let since =
         report::parse_since(query.since.as_deref().unwrap_or("7d")).map_err(ApiError::Invalid)?;
-    if let Some(quota) = &query.quota {
-        valid_name(quota, "`quota`")?;
-    }
+    known_quota(&state, query.quota.as_deref()).await?;
     if query.ceiling.is_some_and(|c| c < 0) {
         return Err(ApiError::Invalid("`ceiling` must be 0 or more".into()));
     }

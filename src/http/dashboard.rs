@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use axum::extract::State;
-use axum::response::Html;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::error::ApiError;
+use super::error::{store_unreachable, ApiError};
 use super::AppState;
 use crate::store::{FlowRow, UsageRow, WindowRow};
 
@@ -30,23 +31,53 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(dashboard))
 }
 
-/// Current windows, the last 24 windows and the flows, as one HTML page.
+/// Current windows, the last 24 windows and the flows, as one HTML page; a
+/// store out of reach is a 503 page that says so and keeps reloading.
 #[utoipa::path(get, path = "/", tag = "ops",
-    responses((status = 200, description = "HTML dashboard", content_type = "text/html")))]
-pub async fn dashboard(State(state): State<AppState>) -> Result<Html<String>, ApiError> {
-    let usage = state.store.current_usage().await?;
-    let windows = state.store.recent_windows(None, 24).await?;
-    let flows = state.store.list_flows().await?;
-    Ok(Html(render(&usage, &windows, &flows)))
+    responses((status = 200, description = "HTML dashboard", content_type = "text/html"),
+        (status = 503, description = "HTML page with an outage banner: the store cannot be reached",
+         content_type = "text/html")))]
+pub async fn dashboard(State(state): State<AppState>) -> Response {
+    let read = async {
+        let usage = state.store.current_usage().await?;
+        let windows = state.store.recent_windows(None, 24).await?;
+        let flows = state.store.list_flows().await?;
+        Ok::<_, sqlx::Error>(render(&usage, &windows, &flows))
+    };
+    let why = match tokio::time::timeout(state.store_timeout, read).await {
+        Ok(Ok(page)) => return Html(page).into_response(),
+        Ok(Err(error)) if !store_unreachable(&error) => {
+            return ApiError::from(error).into_response()
+        }
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => format!("no answer within {:?}", state.store_timeout),
+    };
+    tracing::warn!(cause = %why, "dashboard: store unavailable");
+    state.metrics.store_error("request");
+    let mut page = page_head();
+    page.push_str(OUTAGE_BANNER);
+    page.push_str("</body></html>");
+    let retry = [(header::RETRY_AFTER, HeaderValue::from(REFRESH_SECONDS))];
+    (StatusCode::SERVICE_UNAVAILABLE, retry, Html(page)).into_response()
+}
+
+const OUTAGE_BANNER: &str = r#"<div class="banner" role="alert"><b>The quota store cannot be reached.</b>
+Enforced decisions answer 503 <code>store-unavailable</code>; observe, count and unknown flows and
+deadline bypasses keep answering, and their slots are counted once the store is back. This page
+retries every few seconds.</div>"#;
+
+/// The page up to and including its title, shared by the dashboard and the outage page.
+fn page_head() -> String {
+    format!(
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_SECONDS}"><title>quota-arbiter</title><style>{STYLE}</style></head>
+<body><h1>quota-arbiter</h1><p class="muted">Refreshes every {REFRESH_SECONDS} s.</p>"#
+    )
 }
 
 fn render(usage: &[UsageRow], windows: &[WindowRow], flows: &[FlowRow]) -> String {
-    let mut page = format!(
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="refresh" content="{REFRESH_SECONDS}"><title>quota-arbiter</title><style>{STYLE}</style></head>
-<body><h1>quota-arbiter</h1><p class="muted">Refreshes every {REFRESH_SECONDS} s.</p>
-<section id="current"><h2>Current window</h2>"#
-    );
+    let mut page = page_head();
+    page.push_str(r#"<section id="current"><h2>Current window</h2>"#);
     for quota in usage {
         current_window(&mut page, quota);
     }
@@ -194,5 +225,5 @@ line.ceiling{stroke:#222;stroke-width:2}text{font-size:9px;fill:#777}\
 .swatch.granted{background:#5cb85c}.swatch.would-defer{background:#f0ad4e}.swatch.deferred{background:#d9534f}\
 .swatch.bypassed{background:#8e44ad}.swatch.unthrottled{background:#aaa}.swatch.ceiling{background:#222;height:2px;vertical-align:3px}\
 table{border-collapse:collapse}td,th{padding:4px 10px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}\
-code{font-size:12px;color:#555}.mode{padding:1px 6px;border-radius:3px;color:#fff}\
+code{font-size:12px;color:#555}.banner{background:#fbe3e4;border:1px solid #d9534f;padding:12px;margin:16px 0;border-radius:4px}.mode{padding:1px 6px;border-radius:3px;color:#fff}\
 .mode.observe{background:#2f7ed8}.mode.enforce{background:#5cb85c}.mode.count{background:#8e44ad}";

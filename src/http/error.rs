@@ -10,6 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::arbiter::StoreUnavailable;
+use crate::store::CatalogError;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 const PROBLEM_BASE: &str = "https://quota-arbiter.dev/problems/";
@@ -30,8 +31,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("the admin API is disabled: set QUOTA_ADMIN_TOKEN to enable it")]
     AdminDisabled,
-    #[error("no such resource")]
-    NotFound,
+    #[error("{0}")]
+    NotFound(String),
     #[error("{0}")]
     Conflict(String),
     #[error("method not allowed on this resource")]
@@ -84,7 +85,7 @@ impl ApiError {
                 "admin-disabled",
                 "Admin API disabled",
             ),
-            ApiError::NotFound => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             ApiError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -146,8 +147,42 @@ impl IntoResponse for ApiError {
 }
 
 impl From<sqlx::Error> for ApiError {
+    /// A store that cannot be reached is an outage (503), not a bug (500).
     fn from(error: sqlx::Error) -> Self {
-        ApiError::Internal(error.into())
+        if store_unreachable(&error) {
+            ApiError::StoreUnavailable(StoreUnavailable(error.to_string()))
+        } else {
+            ApiError::Internal(error.into())
+        }
+    }
+}
+
+/// Errors that say the store could not be reached or is going away, as
+/// opposed to a statement that failed.
+pub fn store_unreachable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        // Class 08: connection exception; 57P01-57P03: shutdown, cannot
+        // connect now; 53300: too many connections.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || ["57P01", "57P02", "57P03", "53300"].contains(&&*code)
+        }),
+        _ => false,
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(error: CatalogError) -> Self {
+        match error {
+            CatalogError::Invalid(why) => ApiError::Invalid(why),
+            CatalogError::NotFound(why) => ApiError::NotFound(why),
+            CatalogError::Conflict(why) => ApiError::Conflict(why),
+            CatalogError::Store(error) => error.into(),
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
@@ -64,4 +66,22 @@ impl FromRequestParts<AppState> for Admin {
             Err(ApiError::Unauthorized)
         }
     }
+}
+
+/// An optional RFC 3339 timestamp field that names its expected form when it
+/// is wrong (serde's own message for a zoneless one is "premature end of input").
+pub fn optional_timestamp<'de, D>(d: D) -> Result<Option<DateTime<Utc>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| Some(t.with_timezone(&Utc)))
+        .map_err(|why| {
+            serde::de::Error::custom(format!(
+                "`{text}` is not an RFC 3339 timestamp with a zone, like 2026-11-30T14:30:00Z ({why})"
+            ))
+        })
 }

@@ -10,7 +10,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
+use crate::arbiter::StoreUnavailable;
 use crate::catalog::validate_name;
+use crate::store::{LeaseHolder, LeaseRelease};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(report_upstream))
@@ -86,30 +88,45 @@ pub struct FeedbackAnswer {
 
 /// Report an emission's upstream outcome and/or free its lease.
 #[utoipa::path(post, path = "/v1/report", tag = "reserve", request_body = FeedbackBody,
-    responses((status = 200, body = FeedbackAnswer), (status = 422, body = Problem)))]
+    responses((status = 200, body = FeedbackAnswer),
+        (status = 404, description = "No such flow or quota", body = Problem),
+        (status = 409, description = "The lease belongs to another flow or quota", body = Problem),
+        (status = 422, body = Problem), (status = 503, body = Problem)))]
 pub async fn report_upstream(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<FeedbackBody>,
 ) -> Result<Json<FeedbackAnswer>, ApiError> {
     body.validated().map_err(ApiError::Invalid)?;
+    let quota = reported_quota(&state, &body)?;
     let mut answer = FeedbackAnswer::default();
     if let Some(lease_id) = body.lease_id {
         let held = body.duration_ms.map(|ms| ms as f64 / 1000.0);
-        let released = state.store.release_lease(lease_id, held).await?;
+        let holder = LeaseHolder {
+            flow: body.flow.clone(),
+            quota: body.flow.is_none().then(|| quota.clone()),
+        };
+        let released = match state
+            .store
+            .release_held_lease(lease_id, held, &holder)
+            .await?
+        {
+            LeaseRelease::Released(released) => Some(released),
+            LeaseRelease::NotHeld => None,
+            LeaseRelease::HeldByOther(_) => {
+                let reporter = body.flow.as_ref().map_or_else(
+                    || format!("quota `{quota}`"),
+                    |flow| format!("flow `{flow}`"),
+                );
+                return Err(ApiError::Conflict(format!(
+                    "lease {lease_id} is not held by {reporter}; it stays held"
+                )));
+            }
+        };
         answer.released = Some(released.is_some());
         answer.held_seconds = released.as_ref().map(|r| r.held_seconds);
         answer.avg_lease_seconds = released.map(|r| r.avg_seconds);
     }
-    let quota = match (&body.flow, &body.quota) {
-        (_, Some(quota)) => Some(quota.clone()),
-        (Some(flow), None) => state
-            .catalog
-            .snapshot()
-            .and_then(|s| s.rule(flow))
-            .map(|rule| rule.quota.name),
-        (None, None) => None,
-    };
-    if let (Some(multiplier), Some(quota)) = (body.status.and_then(multiplier), quota) {
+    if let Some(multiplier) = body.status.and_then(multiplier) {
         if let Some(adapted) = state.store.adapt_cadence(&quota, multiplier).await? {
             answer.factor = Some(adapted.factor);
             answer.effective_rate = Some(adapted.effective_rate);
@@ -117,4 +134,22 @@ pub async fn report_upstream(
         }
     }
     Ok(Json(answer))
+}
+
+/// The quota a report is about: the one named, or the reporting flow's. A
+/// name the catalog does not know is a 404, never a silent no-op.
+fn reported_quota(state: &AppState, body: &FeedbackBody) -> Result<String, ApiError> {
+    let snapshot = state
+        .catalog
+        .snapshot()
+        .ok_or_else(|| StoreUnavailable("catalog not loaded yet".into()))?;
+    match (&body.flow, &body.quota) {
+        (Some(flow), _) => snapshot
+            .rule(flow)
+            .map(|rule| rule.quota.name)
+            .ok_or_else(|| ApiError::NotFound(format!("no flow `{flow}`"))),
+        (None, Some(quota)) if snapshot.has_quota(quota) => Ok(quota.clone()),
+        (None, Some(quota)) => Err(ApiError::NotFound(format!("no quota `{quota}`"))),
+        (None, None) => Err(ApiError::Invalid("give `flow` or `quota`".into())),
+    }
 }

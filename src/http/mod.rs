@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tower::ServiceBuilder;
@@ -29,7 +29,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::arbiter::Arbiter;
+use crate::arbiter::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::config::Secret;
@@ -73,32 +73,59 @@ impl Modify for AdminToken {
     }
 }
 
-fn documented_routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+/// The routes; with a state, those whose store calls have no time limit of
+/// their own are held to the store timeout.
+fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let bounded = |routes: OpenApiRouter<AppState>| match state {
+        Some(state) => routes.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            within_store_timeout,
+        )),
+        None => routes,
+    };
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(reserve::router())
         .merge(batch::router())
         .merge(work::router())
-        .merge(admin::router())
+        .merge(bounded(admin::router()))
         .merge(ops::router())
         .merge(dashboard::router())
-        .merge(feedback::router())
+        .merge(bounded(feedback::router()))
         .split_for_parts()
 }
 
 /// The OpenAPI document, derived from the same routes the server mounts.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    documented_routes().1
+    documented_routes(None).1
+}
+
+/// A request whose store work has no time limit of its own answers 503
+/// `store-unavailable` when the store does not answer within the store
+/// timeout, as a decision does, rather than hanging or failing as a bug.
+async fn within_store_timeout(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match tokio::time::timeout(state.store_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            state.metrics.store_error("request");
+            let late = format!("no answer within {:?}", state.store_timeout);
+            ApiError::StoreUnavailable(StoreUnavailable(late)).into_response()
+        }
+    }
 }
 
 pub fn app(state: AppState) -> Router {
-    let (routes, spec) = documented_routes();
+    let (routes, spec) = documented_routes(Some(&state));
     let spec = Arc::new(spec);
     routes
         .route(
             "/openapi.json",
             get(move || async move { Json(spec.as_ref().clone()) }),
         )
-        .fallback(|| async { ApiError::NotFound })
+        .fallback(|| async { ApiError::NotFound("no such resource".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -22,7 +22,8 @@ pub struct ReserveBody {
     /// Slots to reserve, all or nothing (default 1).
     #[schema(minimum = 1, maximum = 10000)]
     pub count: Option<i64>,
-    /// Work due within the bypass horizon is granted as `bypassed`.
+    /// Work due within the bypass horizon (or already past) is granted as `bypassed`.
+    #[serde(default, deserialize_with = "super::extract::optional_timestamp")]
     pub deadline: Option<DateTime<Utc>>,
     /// The caller's reference, echoed in logs.
     #[serde(rename = "ref")]

@@ -159,7 +159,7 @@ pub async fn get_item(
         .work_item(id)
         .await?
         .map(Json)
-        .ok_or(ApiError::NotFound)
+        .ok_or(ApiError::NotFound("no such work item".into()))
 }
 
 /// The leased item was emitted.
@@ -198,7 +198,7 @@ async fn finish(
         return Ok(Json(item));
     }
     match state.arbiter.work_item(id).await? {
-        None => Err(ApiError::NotFound),
+        None => Err(ApiError::NotFound("no such work item".into())),
         Some(_) => Err(ApiError::Conflict(format!(
             "worker `{worker}` does not hold the claim of work item {id}"
         ))),

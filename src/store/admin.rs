@@ -1,12 +1,12 @@
 //! Catalog administration and window inspection.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::Store;
-use crate::catalog::{validate_limits, Mode};
+use crate::catalog::{FlowPatch, FlowPatchError, FlowSettings, Mode, QuotaPatch, QuotaSettings};
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct QuotaRow {
@@ -27,71 +27,6 @@ pub struct QuotaRow {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A quota's limits as declared, in `PUT /v1/quotas/{name}` or a config
-/// file's `[quotas.NAME]`; a limit left out is off.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct QuotaLimits {
-    /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
-    pub hourly_ceiling: Option<i64>,
-    /// Cadence: sustained tokens per second (with `burst`).
-    pub rate: Option<f64>,
-    /// Cadence: bucket size, at least 1 (with `rate`).
-    pub burst: Option<f64>,
-    /// Shrink the cadence on upstream errors (default true).
-    pub adaptive: Option<bool>,
-    /// Concurrency slots; a grant holds a lease on one.
-    #[schema(minimum = 1, maximum = 10000)]
-    pub max_in_flight: Option<i32>,
-    /// Headroom: percent of the ceiling open to priority-2 flows.
-    #[schema(minimum = 0, maximum = 100)]
-    pub priority2_share: Option<i16>,
-    /// Headroom: percent of the ceiling open to priority-3 flows.
-    #[schema(minimum = 0, maximum = 100)]
-    pub priority3_share: Option<i16>,
-}
-
-impl QuotaLimits {
-    /// The settings to store, `default_ceiling` standing in for a ceiling
-    /// left out; every limit checked.
-    pub fn settings(&self, default_ceiling: i64) -> Result<QuotaSettings, String> {
-        let ceiling = self.hourly_ceiling.unwrap_or(default_ceiling);
-        validate_limits(ceiling, self.rate, self.burst)?;
-        if self
-            .max_in_flight
-            .is_some_and(|n| !(1..=10_000).contains(&n))
-        {
-            return Err("`max_in_flight` must be between 1 and 10000".into());
-        }
-        let share_ok = |s: Option<i16>| s.is_none_or(|p| (0..=100).contains(&p));
-        if !share_ok(self.priority2_share) || !share_ok(self.priority3_share) {
-            return Err("`priority2_share` and `priority3_share` are percentages (0-100)".into());
-        }
-        Ok(QuotaSettings {
-            hourly_ceiling: ceiling,
-            rate: self.rate,
-            burst: self.burst,
-            adaptive: self.adaptive,
-            max_in_flight: self.max_in_flight,
-            priority2_share: self.priority2_share,
-            priority3_share: self.priority3_share,
-        })
-    }
-}
-
-/// A quota's settings as `PUT /v1/quotas/{name}` replaces them: the declared
-/// limits, checked, with the ceiling resolved.
-#[derive(Clone, Debug, Default)]
-pub struct QuotaSettings {
-    pub hourly_ceiling: i64,
-    pub rate: Option<f64>,
-    pub burst: Option<f64>,
-    pub adaptive: Option<bool>,
-    pub max_in_flight: Option<i32>,
-    pub priority2_share: Option<i16>,
-    pub priority3_share: Option<i16>,
-}
-
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct FlowRow {
     pub name: String,
@@ -103,15 +38,6 @@ pub struct FlowRow {
     pub enforce_percent: Option<i16>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-/// A change to the catalog, as `PUT /v1/flows/{name}` and the CLI express it.
-#[derive(Clone, Debug, Default)]
-pub struct FlowChange {
-    pub quota: String,
-    pub mode: Option<Mode>,
-    pub priority: Option<i16>,
-    pub enforce_percent: Option<i16>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -127,6 +53,21 @@ pub struct WindowRow {
     pub unthrottled: i64,
 }
 
+/// Why a change to the catalog was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The change itself is wrong (a bad value, a typo'd quota).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// The change conflicts with what depends on the object.
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(#[from] sqlx::Error),
+}
+
 impl Store {
     /// Opens a transaction whose catalog changes the audit trigger attributes
     /// to `actor` (e.g. `api:admin`, `cli:alice`).
@@ -138,51 +79,65 @@ impl Store {
         Ok(tx)
     }
 
-    /// Creates or replaces a quota's settings; returns it as listed.
+    /// Creates a quota or replaces all its settings (`PUT`).
     pub async fn put_quota(
         &self,
         actor: &str,
         name: &str,
         settings: &QuotaSettings,
     ) -> Result<QuotaRow, sqlx::Error> {
-        let s = settings;
         let mut tx = self.as_actor(actor).await?;
-        sqlx::query_file!(
-            "sql/put_quota.sql",
-            name,
-            s.hourly_ceiling,
-            s.rate,
-            s.burst,
-            s.adaptive,
-            s.max_in_flight,
-            s.priority2_share,
-            s.priority3_share
-        )
-        .execute(&mut *tx)
-        .await?;
+        write_quota(&mut tx, name, settings).await?;
         tx.commit().await?;
-        self.quotas(Some(name))
-            .await?
-            .pop()
-            .ok_or(sqlx::Error::RowNotFound)
+        self.quota(name).await?.ok_or(sqlx::Error::RowNotFound)
     }
 
-    /// Creates a quota or changes only its ceiling.
-    pub async fn set_quota_ceiling(
+    /// Changes only what `patch` names (`PATCH`, the CLI); a quota that does
+    /// not exist yet is created from the default ceiling.
+    pub async fn patch_quota(
         &self,
         actor: &str,
         name: &str,
-        hourly_ceiling: i64,
-    ) -> Result<(), sqlx::Error> {
+        patch: QuotaPatch,
+        default_ceiling: i64,
+    ) -> Result<QuotaRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
-        sqlx::query_file!("sql/set_quota_ceiling.sql", name, hourly_ceiling)
+        let current = sqlx::query_file_as!(QuotaSettings, "sql/lock_quota.sql", name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let settings = patch
+            .applied_to(current, default_ceiling)
+            .map_err(CatalogError::Invalid)?;
+        write_quota(&mut tx, name, &settings).await?;
+        tx.commit().await?;
+        Ok(self.quota(name).await?.ok_or(sqlx::Error::RowNotFound)?)
+    }
+
+    /// Deletes a quota and its windows; 409 while a flow still spends it.
+    pub async fn delete_quota(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
+        let mut tx = self.as_actor(actor).await?;
+        let row = sqlx::query_file!("sql/delete_quota.sql", name)
             .fetch_one(&mut *tx)
             .await?;
-        tx.commit().await
+        if !row.flows.is_empty() {
+            return Err(CatalogError::Conflict(format!(
+                "quota `{name}` is still spent by flow(s) {}; delete or move them first",
+                row.flows.join(", ")
+            )));
+        }
+        if row.deleted == 0 {
+            return Err(CatalogError::NotFound(format!("no quota `{name}`")));
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     pub async fn list_quotas(&self) -> Result<Vec<QuotaRow>, sqlx::Error> {
         self.quotas(None).await
+    }
+
+    pub async fn quota(&self, name: &str) -> Result<Option<QuotaRow>, sqlx::Error> {
+        Ok(self.quotas(Some(name)).await?.pop())
     }
 
     async fn quotas(&self, name: Option<&str>) -> Result<Vec<QuotaRow>, sqlx::Error> {
@@ -191,59 +146,80 @@ impl Store {
             .await
     }
 
-    /// Creates or updates a flow; a quota it names that does not exist yet is
-    /// created with `default_ceiling`.
+    /// Creates a flow or replaces all its settings (`PUT`).
     pub async fn put_flow(
         &self,
         actor: &str,
         name: &str,
-        change: &FlowChange,
-        default_ceiling: i64,
-    ) -> Result<FlowRow, sqlx::Error> {
+        settings: &FlowSettings,
+        create_quota: Option<i64>,
+    ) -> Result<FlowRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
-        sqlx::query_file!("sql/ensure_quota.sql", change.quota, default_ceiling)
-            .execute(&mut *tx)
-            .await?;
-        let row = sqlx::query_file_as!(
-            FlowRow,
-            "sql/put_flow.sql",
-            name,
-            change.quota,
-            change.mode.map(|m| m.as_str()),
-            change.priority,
-            change.enforce_percent
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        let row = write_flow(&mut tx, name, settings, create_quota).await?;
         tx.commit().await?;
         Ok(row)
     }
 
-    /// Flips an existing flow's mode; `None` when there is no such flow.
-    pub async fn set_flow_mode(
+    /// Changes only what `patch` names (`PATCH`, the CLI). With
+    /// `create_quota`, a quota the flow names that does not exist is created
+    /// with that ceiling; without it, naming one is refused.
+    pub async fn patch_flow(
         &self,
         actor: &str,
         name: &str,
-        mode: Mode,
-        enforce_percent: Option<i16>,
-    ) -> Result<Option<FlowRow>, sqlx::Error> {
+        patch: FlowPatch,
+        create_quota: Option<i64>,
+    ) -> Result<FlowRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
-        let row = sqlx::query_file_as!(
-            FlowRow,
-            "sql/set_flow_mode.sql",
-            name,
-            mode.as_str(),
-            enforce_percent
-        )
-        .fetch_optional(&mut *tx)
-        .await?;
+        let current = sqlx::query_file!("sql/lock_flow.sql", name)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|row| FlowSettings {
+                quota: row.quota,
+                // The table's CHECK admits only modes this build knows.
+                mode: row.mode.parse().unwrap_or(Mode::Observe),
+                priority: row.priority,
+                enforce_percent: row.enforce_percent,
+            });
+        let settings = patch.applied_to(current).map_err(|error| match error {
+            FlowPatchError::NoSuchFlow => CatalogError::NotFound(format!(
+                "no flow `{name}`; to create it, name its quota (`quota`, or --quota)"
+            )),
+            FlowPatchError::Invalid(why) => CatalogError::Invalid(why),
+        })?;
+        let row = write_flow(&mut tx, name, &settings, create_quota).await?;
         tx.commit().await?;
         Ok(row)
     }
 
+    /// Deletes a flow; 409 while work items of it are not done.
+    pub async fn delete_flow(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
+        let mut tx = self.as_actor(actor).await?;
+        let row = sqlx::query_file!("sql/delete_flow.sql", name)
+            .fetch_one(&mut *tx)
+            .await?;
+        if row.open_work > 0 {
+            return Err(CatalogError::Conflict(format!(
+                "flow `{name}` has {} work item(s) not done yet",
+                row.open_work
+            )));
+        }
+        if row.deleted == 0 {
+            return Err(CatalogError::NotFound(format!("no flow `{name}`")));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn list_flows(&self) -> Result<Vec<FlowRow>, sqlx::Error> {
-        sqlx::query_file_as!(FlowRow, "sql/list_flows.sql")
+        sqlx::query_file_as!(FlowRow, "sql/list_flows.sql", None::<String>)
             .fetch_all(self.pool())
+            .await
+    }
+
+    pub async fn flow(&self, name: &str) -> Result<Option<FlowRow>, sqlx::Error> {
+        sqlx::query_file_as!(FlowRow, "sql/list_flows.sql", Some(name))
+            .fetch_optional(self.pool())
             .await
     }
 
@@ -301,4 +277,61 @@ impl Store {
             .fetch_all(self.pool())
             .await
     }
+}
+
+async fn write_quota(
+    tx: &mut Transaction<'static, Postgres>,
+    name: &str,
+    s: &QuotaSettings,
+) -> Result<(), sqlx::Error> {
+    sqlx::query_file!(
+        "sql/put_quota.sql",
+        name,
+        s.hourly_ceiling,
+        s.rate,
+        s.burst,
+        s.adaptive,
+        s.max_in_flight,
+        s.priority2_share,
+        s.priority3_share
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Writes a flow whose settings are checked; its quota must exist, or is
+/// created with the ceiling `create_quota` carries.
+async fn write_flow(
+    tx: &mut Transaction<'static, Postgres>,
+    name: &str,
+    settings: &FlowSettings,
+    create_quota: Option<i64>,
+) -> Result<FlowRow, CatalogError> {
+    let quota = &settings.quota;
+    if let Some(ceiling) = create_quota {
+        sqlx::query_file!("sql/ensure_quota.sql", quota, ceiling)
+            .execute(&mut **tx)
+            .await?;
+    }
+    let exists = sqlx::query_file_scalar!("sql/lock_quota_key.sql", quota)
+        .fetch_optional(&mut **tx)
+        .await?;
+    if exists.is_none() {
+        return Err(CatalogError::Invalid(format!(
+            "no quota `{quota}`: create it first, or ask for it to be created \
+             (\"create_quota\": true, or --create-quota)"
+        )));
+    }
+    Ok(sqlx::query_file_as!(
+        FlowRow,
+        "sql/put_flow.sql",
+        name,
+        quota,
+        settings.mode.as_str(),
+        settings.priority,
+        settings.enforce_percent
+    )
+    .fetch_one(&mut **tx)
+    .await?)
 }

@@ -18,12 +18,11 @@ mod reserve;
 pub mod slots;
 pub mod work;
 
-pub use admin::{
-    FlowChange, FlowRow, ObserveTally, QuotaLimits, QuotaRow, QuotaSettings, UsageRow, WindowRow,
-};
+pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
 pub use reserve::{
-    first_lease_expiry, take_paced, AdaptedCadence, Lease, Refusal, ReleasedLease, SlotSpec,
+    first_lease_expiry, take_paced, AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal,
+    ReleasedLease, SlotSpec,
 };
 pub use slots::Take;
 pub use work::{NewWork, WorkItem};

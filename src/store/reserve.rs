@@ -83,14 +83,47 @@ impl Store {
         lease_id: i64,
         held_seconds: Option<f64>,
     ) -> Result<Option<ReleasedLease>, sqlx::Error> {
-        let row = sqlx::query_file!("sql/release_lease.sql", lease_id, held_seconds)
-            .fetch_one(self.pool())
-            .await?;
-        Ok(row.flow.map(|flow| ReleasedLease {
-            flow,
-            held_seconds: row.held_seconds.unwrap_or_default(),
-            avg_seconds: row.avg_seconds.unwrap_or_default(),
-        }))
+        let any_holder = LeaseHolder::default();
+        Ok(
+            match self
+                .release_held_lease(lease_id, held_seconds, &any_holder)
+                .await?
+            {
+                LeaseRelease::Released(released) => Some(released),
+                LeaseRelease::NotHeld | LeaseRelease::HeldByOther(_) => None,
+            },
+        )
+    }
+
+    /// [`release_lease`](Self::release_lease) on behalf of a caller that says
+    /// whose lease it is: one held by another flow or quota stays held.
+    pub async fn release_held_lease(
+        &self,
+        lease_id: i64,
+        held_seconds: Option<f64>,
+        holder: &LeaseHolder,
+    ) -> Result<LeaseRelease, sqlx::Error> {
+        let row = sqlx::query_file!(
+            "sql/release_lease.sql",
+            lease_id,
+            held_seconds,
+            holder.flow.as_deref(),
+            holder.quota.as_deref()
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(match (row.flow, row.holder_flow, row.holder_quota) {
+            (Some(flow), _, _) => LeaseRelease::Released(ReleasedLease {
+                flow,
+                held_seconds: row.held_seconds.unwrap_or_default(),
+                avg_seconds: row.avg_seconds.unwrap_or_default(),
+            }),
+            (None, Some(flow), Some(quota)) => LeaseRelease::HeldByOther(LeaseHolder {
+                flow: Some(flow),
+                quota: Some(quota),
+            }),
+            (None, _, _) => LeaseRelease::NotHeld,
+        })
     }
 
     /// Multiplies an adaptive quota's cadence factor; `None` when the quota
@@ -109,6 +142,22 @@ impl Store {
             effective_burst: r.effective_burst,
         }))
     }
+}
+
+/// Who a lease belongs to; a field left `None` matches any.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LeaseHolder {
+    pub flow: Option<String>,
+    pub quota: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub enum LeaseRelease {
+    Released(ReleasedLease),
+    /// Unknown, or expired and taken again: nothing to free.
+    NotHeld,
+    /// Held by another flow or quota than the caller said: left alone.
+    HeldByOther(LeaseHolder),
 }
 
 #[derive(Clone, Debug)]

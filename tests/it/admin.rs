@@ -95,21 +95,56 @@ async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
         .await;
     assert_eq!(
         (flipped["mode"].as_str(), flipped["priority"].as_i64()),
-        (Some("enforce"), Some(1))
+        (Some("enforce"), Some(2)),
+        "PUT replaces: a priority left out is the default"
     );
-    // Updating without a mode keeps the flipped one.
-    let kept: Value = app
+    // PUT replaces the whole flow: left out, the mode is observe again.
+    let replaced: Value = app
         .admin_json(
             Method::PUT,
             "/v1/flows/invoice",
-            Some(json!({"quota": "ppf", "priority": 2})),
+            Some(json!({"quota": "ppf", "priority": 1})),
         )
         .await;
-    assert_eq!(kept["mode"], "enforce");
+    assert_eq!(replaced["mode"], "observe");
+    // PATCH changes only what it names.
+    app.admin_json(
+        Method::PATCH,
+        "/v1/flows/invoice",
+        Some(json!({"mode": "enforce"})),
+    )
+    .await;
+    let kept: Value = app
+        .admin_json(
+            Method::PATCH,
+            "/v1/flows/invoice",
+            Some(json!({"priority": 2})),
+        )
+        .await;
+    assert_eq!(
+        (kept["mode"].as_str(), kept["priority"].as_i64()),
+        (Some("enforce"), Some(2))
+    );
 
-    // A flow naming an unknown quota creates it with the default ceiling.
+    // A flow naming an unknown quota is refused, unless creating it is asked for.
+    let typo = app
+        .admin(Method::PUT, "/v1/flows/ack")
+        .json(&json!({"quota": "sms"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typo.status(), 422);
+    let problem: Value = typo.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("`sms`"),
+        "{problem}"
+    );
     let ack: Value = app
-        .admin_json(Method::PUT, "/v1/flows/ack", Some(json!({"quota": "sms"})))
+        .admin_json(
+            Method::PUT,
+            "/v1/flows/ack",
+            Some(json!({"quota": "sms", "create_quota": true})),
+        )
         .await;
     assert_eq!(ack["quota"], "sms");
     let quotas: Value = app.admin_json(Method::GET, "/v1/quotas", None).await;

@@ -229,6 +229,41 @@ pub async fn pin_clock(pool: &PgPool, minutes: i32) -> PgPool {
         .unwrap()
 }
 
+/// Runs an operator command of the real binary against this test's database.
+pub async fn cli(pool: &PgPool, args: &[&str]) -> std::process::Output {
+    cli_with_env(pool, args, &[]).await
+}
+
+/// [`cli`] with extra environment variables.
+pub async fn cli_with_env(
+    pool: &PgPool,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let url = database_url(pool, &postgres_host_port()).await;
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_quota-arbiter"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DATABASE_URL", url)
+        .env("USER", "alice")
+        .envs(env.iter().copied())
+        .current_dir(std::env::temp_dir())
+        .output()
+        .await
+        .expect("the binary runs")
+}
+
+/// A command's standard output; it must have succeeded.
+pub fn stdout(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// A real `quota-arbiter serve` process.
 pub struct Replica {
     pub base: String,

@@ -12,5 +12,6 @@ mod operate;
 mod outage;
 mod replicas;
 mod reserve;
+mod surfaces;
 mod windows;
 mod work;

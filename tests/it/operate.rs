@@ -1,7 +1,6 @@
 //! Operating the arbiter: flips obeyed everywhere within a second, the audit
 //! trail, gradual enforcement, the CLI, the report and the SQL views.
 
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use quota_arbiter::decision::{Decision, Outcome};
@@ -10,33 +9,9 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, database_url, eventually, metrics_text, post_reserve, postgres_host_port, Replica,
-    TestApp,
+    cli, create_flow, database_url, eventually, metrics_text, post_reserve, postgres_host_port,
+    stdout, Replica, TestApp,
 };
-
-/// Runs an operator command of the real binary against this test's database.
-async fn cli(pool: &PgPool, args: &[&str]) -> Output {
-    let url = database_url(pool, &postgres_host_port()).await;
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_quota-arbiter"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("DATABASE_URL", url)
-        .env("USER", "alice")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .await
-        .expect("the binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 #[sqlx::test]
 async fn two_replicas_obey_a_raw_sql_flip_within_a_second(pool: PgPool) {
@@ -108,7 +83,7 @@ async fn api_and_cli_flips_are_audited_with_who_made_them(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let response = app
         .admin(Method::PUT, "/v1/flows/invoice")
-        .json(&json!({"quota": "ppf", "mode": "enforce"}))
+        .json(&json!({"quota": "ppf", "mode": "enforce", "create_quota": true}))
         .send()
         .await
         .unwrap();

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use quota_arbiter::decision::{Decision, Outcome};
+use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -141,15 +142,28 @@ async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgP
         Outcome::Bypassed
     );
 
-    // Without ever reading the catalog it cannot tell enforced from unknown: fail closed.
+    // Without ever reading the catalog it cannot tell an enforced flow from an
+    // observed or unknown one: every flow without a due deadline fails closed.
+    for flow in ["invoice", "status-report", "never-declared"] {
+        let started = Instant::now();
+        let response = client
+            .post(format!("{}/v1/reserve", replica.base))
+            .json(&json!({"flow": flow}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503, "{flow}");
+        assert!(response.headers().contains_key("retry-after"));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
     let started = Instant::now();
     let response = client
-        .post(format!("{}/v1/reserve", replica.base))
-        .json(&json!({"flow": "invoice"}))
+        .get(format!("{}/v1/flows", replica.base))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 503);
+    assert_eq!(response.status(), 503, "the admin API too");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
@@ -294,4 +308,99 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
     assert_eq!(undone, (1, 0), "(window count, live leases)");
     let again = app.reserve(json!({"flow": "invoice"})).await;
     assert_eq!(again.outcome, Outcome::Granted, "{again:?}");
+}
+
+#[sqlx::test]
+async fn every_endpoint_that_needs_the_store_answers_503_in_an_outage(pool: PgPool) {
+    seed(&pool).await;
+    let proxy = StoreProxy::start(postgres_host_port()).await;
+    let url = database_url(&pool, &proxy.addr.to_string()).await;
+    let config = test_config();
+    let proxied = PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(config.store_timeout)
+        .connect_lazy(&url)
+        .unwrap();
+    let app = TestApp::spawn_with(proxied, config).await;
+    let dashboard = app
+        .client
+        .get(format!("{}/", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dashboard.status(), 200);
+
+    proxy.cut();
+
+    let admin = [
+        (Method::GET, "/v1/flows", None),
+        (Method::GET, "/v1/quotas", None),
+        (Method::GET, "/v1/quotas/ppf", None),
+        (Method::GET, "/v1/windows", None),
+        (Method::GET, "/v1/report", None),
+        (
+            Method::PATCH,
+            "/v1/flows/invoice",
+            Some(json!({"priority": 1})),
+        ),
+        (
+            Method::PUT,
+            "/v1/quotas/ppf",
+            Some(json!({"hourly_ceiling": 5})),
+        ),
+    ];
+    let worker = [
+        (
+            Method::POST,
+            "/v1/report",
+            Some(json!({"quota": "ppf", "status": 429})),
+        ),
+        (
+            Method::POST,
+            "/v1/work",
+            Some(json!({"flow": "invoice", "payload": {}})),
+        ),
+        (Method::GET, "/v1/work/1", None),
+    ];
+    for (method, path, body) in admin.into_iter().chain(worker) {
+        let mut request = app.admin(method.clone(), path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let started = Instant::now();
+        let response = request.send().await.unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(response.status(), 503, "{method} {path}");
+        assert!(
+            elapsed < Duration::from_secs(2),
+            "{method} {path} took {elapsed:?}"
+        );
+        assert!(
+            response.headers().contains_key("retry-after"),
+            "{method} {path}"
+        );
+        let problem: Value = response.json().await.unwrap();
+        assert!(
+            problem["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("/store-unavailable"),
+            "{method} {path}: {problem}"
+        );
+    }
+    let started = Instant::now();
+    let page = app
+        .client
+        .get(format!("{}/", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(page.status(), 503);
+    assert!(page.headers().contains_key("retry-after"));
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(r#"class="banner""#) && html.contains("cannot be reached"),
+        "{html}"
+    );
 }

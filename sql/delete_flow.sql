@@ -1,0 +1,10 @@
+-- Delete flow $1, unless work items of it are not done yet (they would be
+-- claimed as never throttled): then nothing is deleted and they are counted.
+WITH open_work AS (
+    SELECT count(*) AS items FROM work_item WHERE flow = $1 AND state <> 'done'
+), deleted AS (
+    DELETE FROM flow f
+    WHERE f.name = $1 AND (SELECT items FROM open_work) = 0
+    RETURNING f.name
+)
+SELECT (SELECT count(*) FROM deleted) AS "deleted!", (SELECT items FROM open_work) AS "open_work!"

@@ -1,0 +1,449 @@
+//! What an operator can set on a quota or a flow, and the rules every surface
+//! shares. `PUT` replaces the whole object (a setting left out is off, or back
+//! to its default); `PATCH` is a JSON merge patch (RFC 7396): a field left out
+//! keeps its value, `null` removes it. The CLI's `quota` and `flow` commands
+//! are patches too. Whatever the surface, the result goes through the same
+//! checks, so one change means one thing everywhere.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
+
+use super::{validate_limits, validate_name, Mode};
+
+/// Priority of a flow that names none.
+pub const DEFAULT_PRIORITY: i16 = 2;
+
+/// One field of a merge patch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Patch<T> {
+    /// Left out: the stored value stays.
+    #[default]
+    Keep,
+    /// `null`: the setting is removed (a limit goes off, a setting with a
+    /// default goes back to it).
+    Remove,
+    Set(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Option::<T>::deserialize(d)?.map_or(Patch::Remove, Patch::Set))
+    }
+}
+
+/// A flag or option left out keeps the stored value.
+impl<T> From<Option<T>> for Patch<T> {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Patch::Keep, Patch::Set)
+    }
+}
+
+impl<T> Patch<T> {
+    /// The optional setting after the patch.
+    fn applied_to(self, current: Option<T>) -> Option<T> {
+        match self {
+            Patch::Keep => current,
+            Patch::Remove => None,
+            Patch::Set(value) => Some(value),
+        }
+    }
+
+    /// A setting with a default: removing it restores the default.
+    fn or_default(self, current: T, default: T) -> T {
+        match self {
+            Patch::Keep => current,
+            Patch::Remove => default,
+            Patch::Set(value) => value,
+        }
+    }
+
+    fn is_kept(&self) -> bool {
+        matches!(self, Patch::Keep)
+    }
+}
+
+/// A quota's settings as stored: every limit resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuotaSettings {
+    pub hourly_ceiling: i64,
+    pub rate: Option<f64>,
+    pub burst: Option<f64>,
+    pub adaptive: bool,
+    pub max_in_flight: Option<i32>,
+    pub priority2_share: Option<i16>,
+    pub priority3_share: Option<i16>,
+}
+
+impl QuotaSettings {
+    /// A quota nobody sized yet: the default ceiling and nothing else.
+    pub fn sized(hourly_ceiling: i64) -> Self {
+        Self {
+            hourly_ceiling,
+            rate: None,
+            burst: None,
+            adaptive: true,
+            max_in_flight: None,
+            priority2_share: None,
+            priority3_share: None,
+        }
+    }
+
+    /// The checks every quota passes, whichever surface wrote it.
+    pub fn validated(self) -> Result<Self, String> {
+        validate_limits(self.hourly_ceiling, self.rate, self.burst)?;
+        if self
+            .max_in_flight
+            .is_some_and(|n| !(1..=10_000).contains(&n))
+        {
+            return Err("`max_in_flight` must be between 1 and 10000".into());
+        }
+        let share_ok = |s: Option<i16>| s.is_none_or(|p| (0..=100).contains(&p));
+        if !share_ok(self.priority2_share) || !share_ok(self.priority3_share) {
+            return Err("`priority2_share` and `priority3_share` are percentages (0-100)".into());
+        }
+        Ok(self)
+    }
+}
+
+/// A whole quota, as `PUT /v1/quotas/{name}` or a config file's
+/// `[quotas.NAME]` declares it: a limit left out is off.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaLimits {
+    /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
+    #[schema(minimum = 0, maximum = 9007199254740992_i64)]
+    pub hourly_ceiling: Option<i64>,
+    /// Cadence: sustained tokens per second (with `burst`).
+    pub rate: Option<f64>,
+    /// Cadence: bucket size, at least 1 (with `rate`).
+    pub burst: Option<f64>,
+    /// Shrink the cadence on upstream errors (default true).
+    pub adaptive: Option<bool>,
+    /// Concurrency slots; a grant holds a lease on one.
+    #[schema(minimum = 1, maximum = 10000)]
+    pub max_in_flight: Option<i32>,
+    /// Headroom: percent of the ceiling open to priority-2 flows.
+    #[schema(minimum = 0, maximum = 100)]
+    pub priority2_share: Option<i16>,
+    /// Headroom: percent of the ceiling open to priority-3 flows.
+    #[schema(minimum = 0, maximum = 100)]
+    pub priority3_share: Option<i16>,
+}
+
+impl QuotaLimits {
+    /// The settings that replace the stored ones, `default_ceiling` standing
+    /// in for a ceiling left out.
+    pub fn settings(&self, default_ceiling: i64) -> Result<QuotaSettings, String> {
+        QuotaSettings {
+            hourly_ceiling: self.hourly_ceiling.unwrap_or(default_ceiling),
+            rate: self.rate,
+            burst: self.burst,
+            adaptive: self.adaptive.unwrap_or(true),
+            max_in_flight: self.max_in_flight,
+            priority2_share: self.priority2_share,
+            priority3_share: self.priority3_share,
+        }
+        .validated()
+    }
+}
+
+/// `PATCH /v1/quotas/{name}` and `quota-arbiter quota NAME …`: only the
+/// fields given change; `null` turns a limit off (the ceiling goes back to
+/// QUOTA_HOURLY_CEILING, `adaptive` to true).
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaPatch {
+    #[serde(default)]
+    #[schema(value_type = Option<i64>, nullable, minimum = 0, maximum = 9007199254740992_i64)]
+    pub hourly_ceiling: Patch<i64>,
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, nullable)]
+    pub rate: Patch<f64>,
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, nullable)]
+    pub burst: Patch<f64>,
+    #[serde(default)]
+    #[schema(value_type = Option<bool>, nullable)]
+    pub adaptive: Patch<bool>,
+    #[serde(default)]
+    #[schema(value_type = Option<i32>, nullable, minimum = 1, maximum = 10000)]
+    pub max_in_flight: Patch<i32>,
+    #[serde(default)]
+    #[schema(value_type = Option<i16>, nullable, minimum = 0, maximum = 100)]
+    pub priority2_share: Patch<i16>,
+    #[serde(default)]
+    #[schema(value_type = Option<i16>, nullable, minimum = 0, maximum = 100)]
+    pub priority3_share: Patch<i16>,
+}
+
+impl QuotaPatch {
+    /// The settings after the patch; a quota that does not exist yet starts
+    /// from [`QuotaSettings::sized`].
+    pub fn applied_to(
+        self,
+        current: Option<QuotaSettings>,
+        default_ceiling: i64,
+    ) -> Result<QuotaSettings, String> {
+        let current = current.unwrap_or_else(|| QuotaSettings::sized(default_ceiling));
+        QuotaSettings {
+            hourly_ceiling: self
+                .hourly_ceiling
+                .or_default(current.hourly_ceiling, default_ceiling),
+            rate: self.rate.applied_to(current.rate),
+            burst: self.burst.applied_to(current.burst),
+            adaptive: self.adaptive.or_default(current.adaptive, true),
+            max_in_flight: self.max_in_flight.applied_to(current.max_in_flight),
+            priority2_share: self.priority2_share.applied_to(current.priority2_share),
+            priority3_share: self.priority3_share.applied_to(current.priority3_share),
+        }
+        .validated()
+    }
+}
+
+/// A flow's settings as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowSettings {
+    pub quota: String,
+    pub mode: Mode,
+    pub priority: i16,
+    /// `None`: the whole over-ceiling share is deferred (100 %).
+    pub enforce_percent: Option<i16>,
+}
+
+impl FlowSettings {
+    /// The checks every flow passes, whichever surface wrote it. A percent
+    /// only means something in enforce mode, and 100 is stored as "all".
+    pub fn validated(mut self) -> Result<Self, String> {
+        validate_name(&self.quota).map_err(|why| format!("`quota` {why}"))?;
+        if !(1..=9).contains(&self.priority) {
+            return Err("`priority` must be between 1 and 9".into());
+        }
+        if let Some(percent) = self.enforce_percent {
+            if !(1..=100).contains(&percent) {
+                return Err("`enforce_percent` must be between 1 and 100".into());
+            }
+            if self.mode != Mode::Enforce {
+                return Err(format!(
+                    "`enforce_percent` applies to mode enforce only, not {}",
+                    self.mode.as_str()
+                ));
+            }
+        }
+        if self.enforce_percent == Some(100) {
+            self.enforce_percent = None;
+        }
+        Ok(self)
+    }
+}
+
+/// A whole flow, as `PUT /v1/flows/{name}` declares it: a new or replaced
+/// flow observes unless `mode` says otherwise.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FlowBody {
+    /// The quota the flow spends; it must exist unless `create_quota` is true.
+    #[schema(max_length = 128)]
+    pub quota: String,
+    /// Default `observe`.
+    pub mode: Option<Mode>,
+    /// 1 (most important) to 9; default 2.
+    #[schema(minimum = 1, maximum = 9)]
+    pub priority: Option<i16>,
+    /// Enforce mode only: share of over-ceiling decisions actually deferred
+    /// (default 100 = all).
+    #[schema(minimum = 1, maximum = 100)]
+    pub enforce_percent: Option<i16>,
+    /// Create the quota (with the default ceiling) when it does not exist.
+    #[serde(default)]
+    pub create_quota: bool,
+}
+
+impl FlowBody {
+    pub fn settings(self) -> Result<FlowSettings, String> {
+        FlowSettings {
+            quota: self.quota,
+            mode: self.mode.unwrap_or(Mode::Observe),
+            priority: self.priority.unwrap_or(DEFAULT_PRIORITY),
+            enforce_percent: self.enforce_percent,
+        }
+        .validated()
+    }
+}
+
+/// `PATCH /v1/flows/{name}` and `quota-arbiter flow NAME …`: only the fields
+/// given change. Setting `mode` without `enforce_percent` means the whole
+/// mode: a flow enforced at 30 % and flipped to `enforce` is enforced fully.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FlowPatch {
+    /// Required to create the flow; it must exist unless `create_quota` is true.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, max_length = 128)]
+    pub quota: Patch<String>,
+    /// `null`: back to `observe`.
+    #[serde(default)]
+    #[schema(value_type = Option<Mode>, nullable)]
+    pub mode: Patch<Mode>,
+    /// `null`: back to 2.
+    #[serde(default)]
+    #[schema(value_type = Option<i16>, nullable, minimum = 1, maximum = 9)]
+    pub priority: Patch<i16>,
+    /// `null`: all (100 %).
+    #[serde(default)]
+    #[schema(value_type = Option<i16>, nullable, minimum = 1, maximum = 100)]
+    pub enforce_percent: Patch<i16>,
+    #[serde(default)]
+    pub create_quota: bool,
+}
+
+/// Why a flow patch cannot be applied.
+#[derive(Debug, PartialEq)]
+pub enum FlowPatchError {
+    /// No such flow, and the patch does not name a quota to create it on.
+    NoSuchFlow,
+    Invalid(String),
+}
+
+impl FlowPatch {
+    pub fn applied_to(self, current: Option<FlowSettings>) -> Result<FlowSettings, FlowPatchError> {
+        let current = match (current, &self.quota) {
+            (Some(current), _) => current,
+            (None, Patch::Set(quota)) => FlowSettings {
+                quota: quota.clone(),
+                mode: Mode::Observe,
+                priority: DEFAULT_PRIORITY,
+                enforce_percent: None,
+            },
+            (None, _) => return Err(FlowPatchError::NoSuchFlow),
+        };
+        let percent = if self.enforce_percent.is_kept() && !self.mode.is_kept() {
+            Patch::Remove
+        } else {
+            self.enforce_percent
+        };
+        let quota = match self.quota {
+            Patch::Remove => {
+                return Err(FlowPatchError::Invalid(
+                    "`quota` cannot be removed: a flow spends a quota".into(),
+                ))
+            }
+            other => other.or_default(current.quota, String::new()),
+        };
+        FlowSettings {
+            quota,
+            mode: self.mode.or_default(current.mode, Mode::Observe),
+            priority: self.priority.or_default(current.priority, DEFAULT_PRIORITY),
+            enforce_percent: percent.applied_to(current.enforce_percent),
+        }
+        .validated()
+        .map_err(FlowPatchError::Invalid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(mode: Mode, percent: Option<i16>) -> FlowSettings {
+        FlowSettings {
+            quota: "ppf".into(),
+            mode,
+            priority: 1,
+            enforce_percent: percent,
+        }
+    }
+
+    fn patch(json: &str) -> FlowPatch {
+        serde_json::from_str(json).expect("a valid patch")
+    }
+
+    #[test]
+    fn a_mode_set_without_a_percent_is_the_whole_mode() {
+        let partial = flow(Mode::Enforce, Some(30));
+        let full = patch(r#"{"mode": "enforce"}"#).applied_to(Some(partial.clone()));
+        assert_eq!(full, Ok(flow(Mode::Enforce, None)));
+        let back = patch(r#"{"mode": "observe"}"#).applied_to(Some(partial.clone()));
+        assert_eq!(back, Ok(flow(Mode::Observe, None)));
+        // A change that does not touch the mode keeps the percent.
+        let moved = patch(r#"{"priority": 3}"#).applied_to(Some(partial));
+        assert_eq!(
+            moved.map(|f| (f.priority, f.enforce_percent)),
+            Ok((3, Some(30)))
+        );
+    }
+
+    #[test]
+    fn a_percent_outside_enforce_is_refused() {
+        for json in [
+            r#"{"mode": "observe", "enforce_percent": 30}"#,
+            r#"{"enforce_percent": 30}"#,
+        ] {
+            let refused = patch(json).applied_to(Some(flow(Mode::Observe, None)));
+            assert!(matches!(refused, Err(FlowPatchError::Invalid(_))), "{json}");
+        }
+        let body: FlowBody =
+            serde_json::from_str(r#"{"quota": "ppf", "enforce_percent": 30}"#).unwrap();
+        assert!(body.settings().is_err(), "PUT: a new flow observes");
+    }
+
+    #[test]
+    fn a_percent_of_100_is_stored_as_all() {
+        let set = patch(r#"{"mode": "enforce", "enforce_percent": 100}"#)
+            .applied_to(Some(flow(Mode::Observe, None)));
+        assert_eq!(set, Ok(flow(Mode::Enforce, None)));
+    }
+
+    #[test]
+    fn a_flow_is_created_only_with_its_quota() {
+        assert_eq!(
+            patch(r#"{"mode": "enforce"}"#).applied_to(None),
+            Err(FlowPatchError::NoSuchFlow)
+        );
+        let created = patch(r#"{"quota": "ppf"}"#).applied_to(None).unwrap();
+        assert_eq!((created.mode, created.priority), (Mode::Observe, 2));
+        assert!(matches!(
+            patch(r#"{"quota": null}"#).applied_to(Some(flow(Mode::Observe, None))),
+            Err(FlowPatchError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_quota_patch_changes_only_what_it_names() {
+        let stored = QuotaSettings {
+            rate: Some(2.0),
+            burst: Some(20.0),
+            max_in_flight: Some(4),
+            ..QuotaSettings::sized(3600)
+        };
+        let json = r#"{"hourly_ceiling": 4000}"#;
+        let patched: QuotaPatch = serde_json::from_str(json).unwrap();
+        let after = patched.applied_to(Some(stored.clone()), 1000).unwrap();
+        assert_eq!(
+            after,
+            QuotaSettings {
+                hourly_ceiling: 4000,
+                ..stored.clone()
+            }
+        );
+        let off: QuotaPatch =
+            serde_json::from_str(r#"{"rate": null, "burst": null, "hourly_ceiling": null}"#)
+                .unwrap();
+        let after = off.applied_to(Some(stored.clone()), 1000).unwrap();
+        assert_eq!(
+            (after.rate, after.burst, after.hourly_ceiling),
+            (None, None, 1000)
+        );
+        assert_eq!(after.max_in_flight, Some(4));
+        let half: QuotaPatch = serde_json::from_str(r#"{"rate": null}"#).unwrap();
+        assert!(
+            half.applied_to(Some(stored), 1000).is_err(),
+            "rate and burst go together"
+        );
+    }
+
+    #[test]
+    fn a_put_replaces_every_limit() {
+        let put: QuotaLimits = serde_json::from_str(r#"{"hourly_ceiling": 4000}"#).unwrap();
+        assert_eq!(put.settings(1000), Ok(QuotaSettings::sized(4000)));
+    }
+}
