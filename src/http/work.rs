@@ -15,6 +15,7 @@ use super::AppState;
 use crate::arbiter::{Claim, ClaimRequest, MAX_CLAIM};
 use crate::catalog::validate_name;
 use crate::decision::MAX_REF_LEN;
+use crate::store::work::{Finish, RetryDelay};
 use crate::store::{NewWork, WorkItem};
 
 /// Largest payload, serialized: a reference to the work, not the work itself.
@@ -64,6 +65,42 @@ pub struct ClaimBody {
 pub struct LeaseBody {
     /// The worker that holds the claim.
     pub worker: String,
+}
+
+/// Every claim spends a slot: a released item waits before it can be claimed
+/// again. Name the wait with `retry_in` or `retry_at` (not both); with
+/// neither, the wait grows with the item's attempts: 5 s after the first
+/// claim, doubling with each further claim, at most 1 h. Never more than
+/// 7 days ahead.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// The worker that holds the claim.
+    pub worker: String,
+    /// Claimable again after this long: a duration like `30s`, `5m`, `1h 30m`.
+    #[schema(example = "30s")]
+    pub retry_in: Option<String>,
+    /// Claimable again at this time (RFC 3339 with a zone); a time past means now.
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+impl ReleaseBody {
+    fn retry_delay(&self) -> Result<RetryDelay, ApiError> {
+        match (&self.retry_in, self.retry_at) {
+            (Some(_), Some(_)) => Err(ApiError::Invalid(
+                "give `retry_in` or `retry_at`, not both".into(),
+            )),
+            (Some(text), None) => humantime::parse_duration(text)
+                .map(RetryDelay::After)
+                .map_err(|e| {
+                    ApiError::Invalid(format!(
+                        "`retry_in`: `{text}` is not a duration like 30s or 5m: {e}"
+                    ))
+                }),
+            (None, Some(at)) => Ok(RetryDelay::At(at)),
+            (None, None) => Ok(RetryDelay::Backoff),
+        }
+    }
 }
 
 fn invalid(what: &str) -> impl Fn(String) -> ApiError + '_ {
@@ -162,43 +199,52 @@ pub async fn get_item(
         .ok_or(ApiError::NotFound)
 }
 
-/// The leased item was emitted.
+/// The leased item was emitted. Repeated by the worker that emitted it, it
+/// answers the item again.
 #[utoipa::path(post, path = "/v1/work/{id}/done", tag = "work", request_body = LeaseBody,
     params(("id" = i64, Path, description = "Work item id")),
     responses((status = 200, body = WorkItem), (status = 404, body = Problem),
-        (status = 409, description = "The worker does not hold this item's claim", body = Problem)))]
+        (status = 409, description = "The worker does not hold this item's claim, or another worker already finished it",
+         body = Problem)))]
 pub async fn done(
     State(state): State<AppState>,
     Path(id): Path<i64>,
     ApiJson(body): ApiJson<LeaseBody>,
 ) -> Result<Json<WorkItem>, ApiError> {
-    finish(&state, id, &body.worker, true).await
+    finish(&state, id, &body.worker, Finish::Done).await
 }
 
-/// Give the leased item back to pending (not emitted); its slot stays spent.
-#[utoipa::path(post, path = "/v1/work/{id}/release", tag = "work", request_body = LeaseBody,
+/// Give the leased item back (not emitted): pending again, claimable after
+/// its retry delay (`not_before`); its slot stays spent.
+#[utoipa::path(post, path = "/v1/work/{id}/release", tag = "work", request_body = ReleaseBody,
     params(("id" = i64, Path, description = "Work item id")),
     responses((status = 200, body = WorkItem), (status = 404, body = Problem),
-        (status = 409, description = "The worker does not hold this item's claim", body = Problem)))]
+        (status = 409, description = "The worker does not hold this item's claim, or the item is already done",
+         body = Problem),
+        (status = 422, description = "Both `retry_in` and `retry_at`, or a bad duration", body = Problem)))]
 pub async fn release(
     State(state): State<AppState>,
     Path(id): Path<i64>,
-    ApiJson(body): ApiJson<LeaseBody>,
+    ApiJson(body): ApiJson<ReleaseBody>,
 ) -> Result<Json<WorkItem>, ApiError> {
-    finish(&state, id, &body.worker, false).await
+    let delay = body.retry_delay()?;
+    finish(&state, id, &body.worker, Finish::Release(delay)).await
 }
 
 async fn finish(
     state: &AppState,
     id: i64,
     worker: &str,
-    emitted: bool,
+    how: Finish,
 ) -> Result<Json<WorkItem>, ApiError> {
-    if let Some(item) = state.arbiter.finish_work(id, worker, emitted).await? {
+    if let Some(item) = state.arbiter.finish_work(id, worker, how).await? {
         return Ok(Json(item));
     }
     match state.arbiter.work_item(id).await? {
         None => Err(ApiError::NotFound),
+        Some(item) if item.state == "done" => Err(ApiError::Conflict(format!(
+            "work item {id} is already done"
+        ))),
         Some(_) => Err(ApiError::Conflict(format!(
             "worker `{worker}` does not hold the claim of work item {id}"
         ))),
