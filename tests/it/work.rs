@@ -556,6 +556,14 @@ async fn a_replica_prunes_done_items_past_the_configured_retention(pool: PgPool)
     assert_eq!(done, 1, "only the item done within the hour is kept");
 }
 
+/// Items the operator's view counts as pending.
+const PENDING_IN_VIEW: &str = "SELECT sum(items)::bigint FROM work_pending_by_flow";
+
+/// A count an SQL query answers.
+async fn count_of(pool: &PgPool, query: &str) -> i64 {
+    sqlx::query_scalar(query).fetch_one(pool).await.unwrap()
+}
+
 async fn get_item(app: &TestApp, id: i64) -> WorkItem {
     let response = app
         .client
@@ -785,15 +793,8 @@ async fn a_waiting_item_is_claimed_by_no_path_and_still_counts_as_pending(pool: 
     assert_eq!(queue_dump(&pool).await, before, "nothing claimed");
 
     // Waiting is still pending, and the waiting have a view of their own.
-    let pending: i64 = sqlx::query_scalar("SELECT sum(items)::bigint FROM work_pending_by_flow")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(pending, 5);
-    let oldest: i64 = sqlx::query_scalar("SELECT count(*) FROM work_oldest_pending")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    assert_eq!(count_of(&pool, PENDING_IN_VIEW).await, 5);
+    let oldest = count_of(&pool, "SELECT count(*) FROM work_oldest_pending").await;
     assert_eq!(oldest, 4, "one per flow");
     let waiting: Vec<(String, i64)> =
         sqlx::query_as("SELECT flow, items FROM work_waiting_by_flow ORDER BY flow")
@@ -810,10 +811,7 @@ async fn a_waiting_item_is_claimed_by_no_path_and_still_counts_as_pending(pool: 
         .unwrap();
     let again = claim(&app, json!({"worker": "w-2", "max": 10})).await;
     assert_eq!(again.items.len(), 5);
-    let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM work_waiting_by_flow")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let waiting = count_of(&pool, "SELECT count(*) FROM work_waiting_by_flow").await;
     assert_eq!(waiting, 0);
 }
 
@@ -827,15 +825,9 @@ async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool
     let (_, item) = enqueue(&app, job.clone()).await;
     let got = claim(&app, json!({"worker": "w-1"})).await;
     assert!(got.items[0].decision.lease_id.is_some());
-    let held = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
-    assert_eq!(held().await, 1);
+    let held =
+        "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()";
+    assert_eq!(count_of(&pool, held).await, 1);
 
     let released: WorkItem = release(&app, item.id, json!({"worker": "w-1", "retry_in": "0s"}))
         .await
@@ -852,7 +844,11 @@ async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool
         (&None, None, None),
         "nothing of the claim is left"
     );
-    assert_eq!(held().await, 0, "its concurrency slot is free");
+    assert_eq!(
+        count_of(&pool, held).await,
+        0,
+        "its concurrency slot is free"
+    );
     assert_eq!(get_item(&app, item.id).await, released);
 
     // w-2 claims it and dies: once its lease has run out the item reads
@@ -873,11 +869,7 @@ async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool
     );
     let (status, same_ref) = enqueue(&app, job).await;
     assert_eq!((status, same_ref.state.as_str()), (200, "pending"));
-    let pending: i64 = sqlx::query_scalar("SELECT sum(items)::bigint FROM work_pending_by_flow")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(pending, 1);
+    assert_eq!(count_of(&pool, PENDING_IN_VIEW).await, 1);
 }
 
 #[sqlx::test]
@@ -938,4 +930,21 @@ async fn finishing_an_item_already_done_is_a_conflict_that_says_so(pool: PgPool)
             .contains("does not hold the claim"),
         "{problem}"
     );
+}
+
+#[sqlx::test]
+async fn a_claimed_observed_item_past_the_ceiling_says_which_limit_would_have_deferred_it(
+    pool: PgPool,
+) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 1, "report", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "report", 2).await;
+    let got = claim(&app, json!({"worker": "w-1", "max": 2})).await;
+    let flags: Vec<(bool, Option<Limit>)> = got
+        .items
+        .iter()
+        .map(|c| (c.decision.would_defer, c.decision.limit))
+        .collect();
+    assert_eq!(flags, [(false, None), (true, Some(Limit::Budget))]);
 }
