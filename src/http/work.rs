@@ -4,7 +4,7 @@
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::Json;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -97,7 +97,7 @@ impl ReleaseBody {
                         "`retry_in`: `{text}` is not a duration like 30s or 5m: {e}"
                     ))
                 }),
-            (None, Some(at)) => Ok(RetryDelay::At(at)),
+            (None, Some(at)) => Ok(RetryDelay::At(rfc3339_time("retry_at", at)?)),
             (None, None) => Ok(RetryDelay::Backoff),
         }
     }
@@ -105,6 +105,17 @@ impl ReleaseBody {
 
 fn invalid(what: &str) -> impl Fn(String) -> ApiError + '_ {
     move |why| ApiError::Invalid(format!("{what} {why}"))
+}
+
+/// RFC 3339 years have four digits; the parser takes more, which the store
+/// cannot hold: refused here rather than failing there.
+fn rfc3339_time(what: &str, time: DateTime<Utc>) -> Result<DateTime<Utc>, ApiError> {
+    if (0..=9999).contains(&time.year()) {
+        return Ok(time);
+    }
+    Err(ApiError::Invalid(format!(
+        "`{what}` must be a time between the years 0000 and 9999"
+    )))
 }
 
 /// Enqueue work. 201 for a new item; 200 with the existing item for a `ref` seen before.
@@ -127,6 +138,9 @@ pub async fn enqueue(
                 "`ref` must be 1 to {MAX_REF_LEN} characters"
             )));
         }
+    }
+    if let Some(deadline) = body.deadline {
+        rfc3339_time("deadline", deadline)?;
     }
     if body.payload.to_string().len() > MAX_PAYLOAD_BYTES {
         return Err(ApiError::Invalid(format!(

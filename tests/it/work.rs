@@ -948,3 +948,28 @@ async fn a_claimed_observed_item_past_the_ceiling_says_which_limit_would_have_de
         .collect();
     assert_eq!(flags, [(false, None), (true, Some(Limit::Budget))]);
 }
+
+#[sqlx::test]
+async fn times_the_store_cannot_hold_are_refused_not_an_outage(pool: PgPool) {
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for deadline in ["-5000-01-01T00:00:00Z", "+200000-01-01T00:00:00Z"] {
+        let body = json!({"flow": "invoice", "payload": {}, "deadline": deadline});
+        assert_eq!(
+            post(&app, "/v1/work", body).await.status(),
+            422,
+            "{deadline}"
+        );
+    }
+    let (_, item) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    claim(&app, json!({"worker": "w-1"})).await;
+    for retry_at in ["-5000-01-01T00:00:00Z", "+200000-01-01T00:00:00Z"] {
+        let body = json!({"worker": "w-1", "retry_at": retry_at});
+        assert_eq!(
+            release(&app, item.id, body).await.status(),
+            422,
+            "{retry_at}"
+        );
+    }
+    assert_eq!(get_item(&app, item.id).await.state, "claimed");
+}
