@@ -8,8 +8,10 @@ SET state         = 'claimed',
     claimed_at    = arbiter_now(),
     lease_until   = arbiter_now() + make_interval(secs => $3::float8),
     attempts      = w.attempts + 1,
-    slot_lease_id = t.slot_lease_id
+    slot_lease_id = t.slot_lease_id,
+    not_before    = NULL
 FROM unnest($1::bigint[], $4::text[], $5::bigint[]) AS t (id, outcome, slot_lease_id)
 WHERE w.id = t.id
 RETURNING w.id, w.flow, w.ref AS reference, w.deadline, w.priority, w.payload, w.state, w.outcome,
-          w.attempts, w.claimed_by, w.enqueued_at, w.claimed_at, w.lease_until, w.done_at
+          w.attempts, w.claimed_by, w.enqueued_at, w.claimed_at, w.lease_until, w.done_at,
+          w.not_before

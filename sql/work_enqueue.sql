@@ -1,5 +1,6 @@
 -- Enqueue a work item; a ref seen before returns the existing item instead
--- ("created" false). The priority defaults to the flow's at enqueue time.
+-- ("created" false), as a reader sees it (a lapsed claim reads `pending`).
+-- The priority defaults to the flow's at enqueue time.
 WITH inserted AS (
     INSERT INTO work_item (flow, ref, deadline, priority, payload)
     VALUES ($1, $2, $3,
@@ -13,7 +14,8 @@ WITH inserted AS (
     SELECT * FROM work_item WHERE ref = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
 )
 SELECT id AS "id!", flow AS "flow!", ref AS reference, deadline, priority AS "priority!",
-       payload AS "payload!", state AS "state!", outcome, attempts AS "attempts!",
-       claimed_by, enqueued_at AS "enqueued_at!", claimed_at, lease_until, done_at,
+       payload AS "payload!", work_state_now(state, lease_until) AS "state!", outcome,
+       attempts AS "attempts!", claimed_by, enqueued_at AS "enqueued_at!", claimed_at,
+       lease_until, done_at, not_before,
        EXISTS (SELECT 1 FROM inserted) AS "created!"
 FROM found

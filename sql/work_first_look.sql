@@ -9,13 +9,16 @@
 --                lock) on quotas with nothing to claim; it never decides who
 --                gets a slot. One short index probe per flow.
 -- Up to $3 items per locked lane, most urgent first (deadline ASC NULLS LAST,
--- priority, first come first served); claimable means pending, or claimed
--- with a lease that ran out; rows another claim holds are skipped. (coalesce()
--- rather than "deadline IS NULL OR …" keeps the walks in index order.)
+-- priority, first come first served); claimable means pending and past its
+-- retry delay (`not_before`: due items too, the worker asked for the delay),
+-- or claimed with a lease that ran out; rows another claim holds are skipped.
+-- (coalesce() rather than "deadline IS NULL OR …" keeps the walks in index
+-- order.)
 WITH due AS (
     SELECT id, flow, deadline, priority, ref
     FROM work_item
     WHERE state <> 'done' AND (state = 'pending' OR lease_until < arbiter_now())
+      AND coalesce(not_before <= arbiter_now(), true)
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
       AND deadline <= arbiter_now() + make_interval(secs => $2::float8)
     ORDER BY deadline ASC NULLS LAST, priority, id
@@ -25,6 +28,7 @@ WITH due AS (
     SELECT id, flow, deadline, priority, ref
     FROM work_item
     WHERE state <> 'done' AND (state = 'pending' OR lease_until < arbiter_now())
+      AND coalesce(not_before <= arbiter_now(), true)
       AND flow <> ALL($4::text[])
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
       AND coalesce(deadline > arbiter_now() + make_interval(secs => $2::float8), true)
@@ -39,6 +43,7 @@ WITH due AS (
         WHERE w.flow = f.name
           AND w.state <> 'done'
           AND (w.state = 'pending' OR w.lease_until < arbiter_now())
+          AND coalesce(w.not_before <= arbiter_now(), true)
           AND coalesce(w.deadline > arbiter_now() + make_interval(secs => $2::float8), true)
     )
 )

@@ -9,7 +9,8 @@ use super::observe::{late_would_defers, past_ceiling};
 use super::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
-use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::clock::ClockReading;
+use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 
 /// Most items one batch may carry.
 pub const MAX_BATCH_ITEMS: usize = 500;
@@ -22,8 +23,12 @@ struct Sorted {
     counted: Vec<(usize, Rule)>,
     observed: BTreeMap<String, Vec<(usize, Rule)>>,
     enforced: BTreeMap<String, Vec<(usize, Rule)>>,
-    /// Enforced items of quotas with limits beyond the hourly budget.
+    /// Enforced items that a shared take would answer differently from the
+    /// single decision: quotas with limits beyond the hourly budget, flows
+    /// enforced for a share of their refusals only.
     limited: Vec<(usize, Rule)>,
+    /// Observed items of quotas with limits beyond the hourly budget.
+    observed_alone: Vec<(usize, Rule)>,
 }
 
 impl Arbiter {
@@ -42,8 +47,9 @@ impl Arbiter {
         for items in sorted.enforced.values() {
             settled.extend(self.ration_enforced(requests, items).await?);
         }
-        // Quotas with cadence, in-flight slots or headroom: item by item, in
-        // rationing order, through the single decision and all its limits.
+        // Quotas with cadence, in-flight slots or headroom, and flows
+        // enforced for a share only: item by item, in rationing order,
+        // through the single decision and all its limits.
         for (i, rule) in sorted.limited {
             let decision = self.enforce(with_rule(&rule), &rule, &requests[i]).await?;
             settled.push((i, decision));
@@ -53,6 +59,10 @@ impl Arbiter {
         }
         for items in sorted.observed.values() {
             settled.extend(self.observe_batch(requests, items).await);
+        }
+        for (i, rule) in sorted.observed_alone {
+            let decision = self.observe(with_rule(&rule), &rule, &requests[i]).await;
+            settled.push((i, decision));
         }
         for (i, rule) in sorted.counted {
             let decision = self.count_after_the_fact(with_rule(&rule), &rule, requests[i].count);
@@ -103,10 +113,12 @@ impl Arbiter {
                 continue;
             };
             let quota = rule.quota.name.clone();
+            let alone = rule.quota.has_limits_beyond_budget();
             match rule.flow.mode {
                 Mode::Count => sorted.counted.push((i, rule)),
+                Mode::Observe if alone => sorted.observed_alone.push((i, rule)),
                 Mode::Observe => sorted.observed.entry(quota).or_default().push((i, rule)),
-                Mode::Enforce if rule.quota.has_limits_beyond_budget() => {
+                Mode::Enforce if alone || rule.flow.enforce_percent < 100 => {
                     sorted.limited.push((i, rule))
                 }
                 Mode::Enforce => sorted.enforced.entry(quota).or_default().push((i, rule)),
@@ -128,11 +140,7 @@ impl Arbiter {
             let clock = self.bounded(self.store.read_clock(), "read_clock").await?;
             return Ok(items
                 .iter()
-                .map(|(i, rule)| {
-                    let mut d = with_rule(rule).deferred_until(clock.window_end, clock.db_now);
-                    d.window_start = Some(clock.window_start);
-                    (*i, d)
-                })
+                .map(|(i, rule)| (*i, budget_deferral(rule, &clock)))
                 .collect());
         }
         let wanted: i64 = items.iter().map(|(i, _)| requests[*i].count).sum();
@@ -152,12 +160,11 @@ impl Arbiter {
             .iter()
             .map(|(i, rule)| {
                 let count = requests[*i].count;
-                let mut decision = if count <= left {
-                    left -= count;
-                    with_rule(rule)
-                } else {
-                    with_rule(rule).deferred_until(take.clock.window_end, take.clock.db_now)
-                };
+                if count > left {
+                    return (*i, budget_deferral(rule, &take.clock));
+                }
+                left -= count;
+                let mut decision = with_rule(rule);
                 decision.window_start = Some(take.clock.window_start);
                 (*i, decision)
             })
@@ -209,6 +216,7 @@ impl Arbiter {
                 let mut decision = with_rule(rule);
                 decision.window_start = window_start;
                 decision.would_defer = past.as_ref().is_some_and(|p| p[k]);
+                decision.limit = decision.would_defer.then_some(Limit::Budget);
                 (*i, decision)
             })
             .collect()
@@ -220,5 +228,14 @@ pub(super) fn with_rule(rule: &Rule) -> Decision {
     let mut decision = Decision::new(Outcome::Granted, &rule.flow.name);
     decision.quota = Some(rule.quota.name.clone());
     decision.mode = Some(rule.flow.mode);
+    decision
+}
+
+/// The window has no room for the item: deferred until the next one, as a
+/// single reservation refused on its budget answers.
+fn budget_deferral(rule: &Rule, clock: &ClockReading) -> Decision {
+    let mut decision = with_rule(rule).deferred_until(clock.window_end, clock.db_now);
+    decision.window_start = Some(clock.window_start);
+    decision.limit = Some(Limit::Budget);
     decision
 }

@@ -72,7 +72,8 @@ pub struct Claim {
     pub retry_at: Option<DateTime<Utc>>,
     pub retry_after_seconds: Option<i64>,
     /// Deferred only: the limit holding the work back (the one that lifts
-    /// first): budget, cadence or in_flight.
+    /// first): budget, cadence or in_flight; `null` when the work only waits
+    /// out the retry delay its release asked for.
     pub limit: Option<Limit>,
 }
 
@@ -348,14 +349,15 @@ impl Arbiter {
                 decision.window_start = Some(reservation.clock.window_start);
             }
             decision.would_defer = past.as_ref().is_some_and(|p| p[k]);
+            decision.limit = decision.would_defer.then_some(Limit::Budget);
             let had_deadline = items[i].item.deadline.is_some();
             *decision = self.settle(decision.clone(), had_deadline, true);
         }
     }
 
     /// Deferred (work is waiting: retry at the next window, when an item
-    /// enters the bypass horizon, or when a cadence or concurrency limit lifts
-    /// if that is sooner) or empty.
+    /// enters the bypass horizon, when a cadence or concurrency limit lifts,
+    /// or when an item's retry delay ends, whichever is soonest) or empty.
     async fn nothing_claimed(
         &self,
         request: &ClaimRequest,
@@ -369,7 +371,7 @@ impl Arbiter {
                 "work_backlog",
             )
             .await?;
-        if backlog.claimable == 0 {
+        if backlog.pending == 0 {
             return Ok(Claim {
                 outcome: ClaimOutcome::Empty,
                 items: Vec::new(),
@@ -378,17 +380,27 @@ impl Arbiter {
                 limit: None,
             });
         }
-        let retry_at = lifts_first
-            .map_or(backlog.retry_at, |r| r.retry_at.min(backlog.retry_at))
-            .max(backlog.db_now);
+        // What holds back the items claimable now, and when it lifts. An
+        // item entering the bypass horizon waits on the budget till then.
+        let held = (backlog.claimable > 0).then(|| match lifts_first {
+            Some(r) => (r.retry_at.min(backlog.retry_at), r.limit),
+            None => (backlog.retry_at, Limit::Budget),
+        });
+        // Items waiting out a retry delay are held back by nothing else
+        // until it ends (with none claimable now, one is waiting): no limit
+        // then, if that comes first.
+        let (retry_at, limit) = match (held, backlog.next_not_before) {
+            (Some((at, limit)), next) if next.is_none_or(|n| at <= n) => (at, Some(limit)),
+            (_, next) => (next.unwrap_or(backlog.retry_at), None),
+        };
+        let retry_at = retry_at.max(backlog.db_now);
         let waited = Decision::new(Outcome::Deferred, "").deferred_until(retry_at, backlog.db_now);
         Ok(Claim {
             outcome: ClaimOutcome::Deferred,
             items: Vec::new(),
             retry_at: waited.retry_at,
             retry_after_seconds: waited.retry_after_seconds,
-            // An item entering the bypass horizon waits on the budget till then.
-            limit: Some(lifts_first.map_or(Limit::Budget, |r| r.limit)),
+            limit,
         })
     }
 }

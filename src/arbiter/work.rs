@@ -2,6 +2,7 @@
 //! registry lives in the store, so a store out of reach is a 503 here.
 
 use super::{Arbiter, StoreUnavailable};
+use crate::store::work::Finish;
 use crate::store::{NewWork, WorkItem};
 
 impl Arbiter {
@@ -14,14 +15,14 @@ impl Arbiter {
         self.bounded(self.store.work_item(id), "get_work").await
     }
 
-    /// Done (`emitted`) or released; `None` when `worker` holds no claim on it.
+    /// Done or released; `None` when `worker` holds no claim on it.
     pub async fn finish_work(
         &self,
         id: i64,
         worker: &str,
-        emitted: bool,
+        finish: Finish,
     ) -> Result<Option<WorkItem>, StoreUnavailable> {
-        let finished = self.store.finish_work(id, worker, emitted);
+        let finished = self.store.finish_work(id, worker, finish);
         let Some((item, slot_lease)) = self.bounded(finished, "finish_work").await? else {
             return Ok(None);
         };

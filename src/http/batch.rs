@@ -1,6 +1,6 @@
 //! `POST /v1/reserve/batch`: ration many items in one request.
 
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -11,7 +11,40 @@ use super::extract::ApiJson;
 use super::reserve::ReserveBody;
 use super::AppState;
 use crate::arbiter::MAX_BATCH_ITEMS;
-use crate::decision::{Decision, SlotRequest};
+use crate::catalog::MAX_NAME_LEN;
+use crate::decision::{Decision, SlotRequest, MAX_COUNT, MAX_REF_LEN};
+
+/// The body of the largest batch the route accepts, so that the documented
+/// maximum always fits (the rest of the API keeps the general limit): every
+/// item at its longest, with every character of its `ref` and `flow` in the
+/// longest form JSON can write it (`\u002f`), pretty-printed.
+pub const MAX_BATCH_BODY_BYTES: usize =
+    BATCH_ENVELOPE_BYTES + MAX_BATCH_ITEMS * (MAX_BATCH_ITEM_BYTES + ",".len());
+
+/// `\u00XX`: six bytes for one character.
+const ESCAPED_CHAR_BYTES: usize = "\\u0000".len();
+/// The longest RFC 3339 time: nanoseconds and an offset.
+const MAX_DEADLINE_BYTES: usize = "0000-00-00T00:00:00.000000000+00:00".len();
+/// Pretty-printing: a line break and up to 8 spaces of indentation on each
+/// of an item's 6 lines (braces and 4 fields), and a space after each colon.
+const PRETTY_ITEM_BYTES: usize = 6 * ("\n".len() + 8) + 4;
+const MAX_BATCH_ITEM_BYTES: usize = r#"{"ref":"","flow":"","count":,"deadline":""}"#.len()
+    + MAX_REF_LEN * ESCAPED_CHAR_BYTES
+    + MAX_NAME_LEN * ESCAPED_CHAR_BYTES
+    + decimal_digits(MAX_COUNT)
+    + MAX_DEADLINE_BYTES
+    + PRETTY_ITEM_BYTES;
+/// `{"items": […]}` on its own lines.
+const BATCH_ENVELOPE_BYTES: usize = r#"{"items":[]}"#.len() + 3 * ("\n".len() + 8) + 1;
+
+const fn decimal_digits(mut n: i64) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+}
 
 /// A batch's items have the shape of a `POST /v1/reserve` body.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -37,7 +70,9 @@ pub struct BatchDecision {
 }
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(reserve_batch))
+    OpenApiRouter::new()
+        .routes(routes!(reserve_batch))
+        .layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES))
 }
 
 /// Ration slots among a batch of items: deadline ASC NULLS LAST, then flow
@@ -50,6 +85,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     responses(
         (status = 200, description = "One decision per item, in input order", body = BatchDecisions),
         (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than the largest valid batch (500 items, every field at its longest)",
+         body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "An enforced item's quota store did not answer; nothing was granted",
          body = Problem, content_type = "application/problem+json"),

@@ -37,8 +37,10 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use error::{ApiError, FailureCause};
 
-/// Request bodies are small JSON documents; anything bigger is refused.
+/// Request bodies are small JSON documents; anything bigger is refused
+/// (batches have a limit of their own).
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
+pub use batch::MAX_BATCH_BODY_BYTES;
 
 #[derive(Clone)]
 pub struct AppState {

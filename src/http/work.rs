@@ -4,7 +4,7 @@
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::Json;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -15,6 +15,7 @@ use super::AppState;
 use crate::arbiter::{Claim, ClaimRequest, MAX_CLAIM};
 use crate::catalog::validate_name;
 use crate::decision::MAX_REF_LEN;
+use crate::store::work::{Finish, RetryDelay};
 use crate::store::{NewWork, WorkItem};
 
 /// Largest payload, serialized: a reference to the work, not the work itself.
@@ -66,8 +67,55 @@ pub struct LeaseBody {
     pub worker: String,
 }
 
+/// Every claim spends a slot: a released item waits before it can be claimed
+/// again. Name the wait with `retry_in` or `retry_at` (not both); with
+/// neither, the wait grows with the item's attempts: 5 s after the first
+/// claim, doubling with each further claim, at most 1 h. Never more than
+/// 7 days ahead.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// The worker that holds the claim.
+    pub worker: String,
+    /// Claimable again after this long: a duration like `30s`, `5m`, `1h 30m`.
+    #[schema(example = "30s")]
+    pub retry_in: Option<String>,
+    /// Claimable again at this time (RFC 3339 with a zone); a time past means now.
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+impl ReleaseBody {
+    fn retry_delay(&self) -> Result<RetryDelay, ApiError> {
+        match (&self.retry_in, self.retry_at) {
+            (Some(_), Some(_)) => Err(ApiError::Invalid(
+                "give `retry_in` or `retry_at`, not both".into(),
+            )),
+            (Some(text), None) => humantime::parse_duration(text)
+                .map(RetryDelay::After)
+                .map_err(|e| {
+                    ApiError::Invalid(format!(
+                        "`retry_in`: `{text}` is not a duration like 30s or 5m: {e}"
+                    ))
+                }),
+            (None, Some(at)) => Ok(RetryDelay::At(rfc3339_time("retry_at", at)?)),
+            (None, None) => Ok(RetryDelay::Backoff),
+        }
+    }
+}
+
 fn invalid(what: &str) -> impl Fn(String) -> ApiError + '_ {
     move |why| ApiError::Invalid(format!("{what} {why}"))
+}
+
+/// RFC 3339 years have four digits; the parser takes more, which the store
+/// cannot hold: refused here rather than failing there.
+fn rfc3339_time(what: &str, time: DateTime<Utc>) -> Result<DateTime<Utc>, ApiError> {
+    if (0..=9999).contains(&time.year()) {
+        return Ok(time);
+    }
+    Err(ApiError::Invalid(format!(
+        "`{what}` must be a time between the years 0000 and 9999"
+    )))
 }
 
 /// Enqueue work. 201 for a new item; 200 with the existing item for a `ref` seen before.
@@ -90,6 +138,9 @@ pub async fn enqueue(
                 "`ref` must be 1 to {MAX_REF_LEN} characters"
             )));
         }
+    }
+    if let Some(deadline) = body.deadline {
+        rfc3339_time("deadline", deadline)?;
     }
     if body.payload.to_string().len() > MAX_PAYLOAD_BYTES {
         return Err(ApiError::Invalid(format!(
@@ -162,43 +213,52 @@ pub async fn get_item(
         .ok_or(ApiError::NotFound("no such work item".into()))
 }
 
-/// The leased item was emitted.
+/// The leased item was emitted. Repeated by the worker that emitted it, it
+/// answers the item again.
 #[utoipa::path(post, path = "/v1/work/{id}/done", tag = "work", request_body = LeaseBody,
     params(("id" = i64, Path, description = "Work item id")),
     responses((status = 200, body = WorkItem), (status = 404, body = Problem),
-        (status = 409, description = "The worker does not hold this item's claim", body = Problem)))]
+        (status = 409, description = "The worker does not hold this item's claim, or another worker already finished it",
+         body = Problem)))]
 pub async fn done(
     State(state): State<AppState>,
     Path(id): Path<i64>,
     ApiJson(body): ApiJson<LeaseBody>,
 ) -> Result<Json<WorkItem>, ApiError> {
-    finish(&state, id, &body.worker, true).await
+    finish(&state, id, &body.worker, Finish::Done).await
 }
 
-/// Give the leased item back to pending (not emitted); its slot stays spent.
-#[utoipa::path(post, path = "/v1/work/{id}/release", tag = "work", request_body = LeaseBody,
+/// Give the leased item back (not emitted): pending again, claimable after
+/// its retry delay (`not_before`); its slot stays spent.
+#[utoipa::path(post, path = "/v1/work/{id}/release", tag = "work", request_body = ReleaseBody,
     params(("id" = i64, Path, description = "Work item id")),
     responses((status = 200, body = WorkItem), (status = 404, body = Problem),
-        (status = 409, description = "The worker does not hold this item's claim", body = Problem)))]
+        (status = 409, description = "The worker does not hold this item's claim, or the item is already done",
+         body = Problem),
+        (status = 422, description = "Both `retry_in` and `retry_at`, or a bad duration", body = Problem)))]
 pub async fn release(
     State(state): State<AppState>,
     Path(id): Path<i64>,
-    ApiJson(body): ApiJson<LeaseBody>,
+    ApiJson(body): ApiJson<ReleaseBody>,
 ) -> Result<Json<WorkItem>, ApiError> {
-    finish(&state, id, &body.worker, false).await
+    let delay = body.retry_delay()?;
+    finish(&state, id, &body.worker, Finish::Release(delay)).await
 }
 
 async fn finish(
     state: &AppState,
     id: i64,
     worker: &str,
-    emitted: bool,
+    how: Finish,
 ) -> Result<Json<WorkItem>, ApiError> {
-    if let Some(item) = state.arbiter.finish_work(id, worker, emitted).await? {
+    if let Some(item) = state.arbiter.finish_work(id, worker, how).await? {
         return Ok(Json(item));
     }
     match state.arbiter.work_item(id).await? {
         None => Err(ApiError::NotFound("no such work item".into())),
+        Some(item) if item.state == "done" => Err(ApiError::Conflict(format!(
+            "work item {id} is already done"
+        ))),
         Some(_) => Err(ApiError::Conflict(format!(
             "worker `{worker}` does not hold the claim of work item {id}"
         ))),

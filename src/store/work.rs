@@ -1,6 +1,8 @@
 //! The pending-work registry: items, their leases, and the claim's building
 //! blocks (run inside the claim's transaction).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgExecutor};
@@ -8,8 +10,8 @@ use utoipa::ToSchema;
 
 use super::Store;
 
-/// A work item as stored. A claimed item whose `lease_until` has passed is
-/// pending again for the next claim.
+/// A work item as a reader sees it: a claim whose `lease_until` has passed
+/// reads `pending`, as the next claim treats it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkItem {
     pub id: i64,
@@ -21,16 +23,22 @@ pub struct WorkItem {
     pub priority: i16,
     #[schema(value_type = Object)]
     pub payload: serde_json::Value,
-    /// `pending`, `claimed` or `done`.
+    /// `pending` (a claim whose lease ran out included), `claimed` or `done`.
     pub state: String,
     /// How the last claim was decided: `granted`, `bypassed` or `unthrottled`.
     pub outcome: Option<String>,
+    /// Claims so far: each one spent a slot (or bypassed the quota).
     pub attempts: i32,
+    /// The worker holding the claim (or whose lease ran out, or who emitted
+    /// it); `null` once released.
     pub claimed_by: Option<String>,
     pub enqueued_at: DateTime<Utc>,
     pub claimed_at: Option<DateTime<Utc>>,
     pub lease_until: Option<DateTime<Utc>>,
     pub done_at: Option<DateTime<Utc>>,
+    /// A released item is not claimed before this time (its retry delay);
+    /// `null` (or a time past) when it is claimable now.
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 /// A `WorkItem` from a query row that has its columns.
@@ -51,6 +59,7 @@ macro_rules! work_item {
             claimed_at: $r.claimed_at,
             lease_until: $r.lease_until,
             done_at: $r.done_at,
+            not_before: $r.not_before,
         }
     };
 }
@@ -110,9 +119,42 @@ pub struct FirstLook {
 /// Leftover after a claim that got nothing.
 pub struct Backlog {
     pub db_now: DateTime<Utc>,
+    /// Pending items, waiting ones included.
+    pub pending: i64,
+    /// Pending items not waiting out a retry delay.
     pub claimable: i64,
+    /// The earliest time a claimable item could be granted.
     pub retry_at: DateTime<Utc>,
+    /// When the first retry delay ends.
+    pub next_not_before: Option<DateTime<Utc>>,
 }
+
+/// How a worker finishes a claimed item.
+#[derive(Clone, Copy, Debug)]
+pub enum Finish {
+    /// Emitted: done.
+    Done,
+    /// Not emitted: pending again once the delay has passed.
+    Release(RetryDelay),
+}
+
+/// When a released item may be claimed again.
+#[derive(Clone, Copy, Debug)]
+pub enum RetryDelay {
+    /// The default backoff, which grows with the item's attempts.
+    Backoff,
+    After(Duration),
+    At(DateTime<Utc>),
+}
+
+/// The default retry delay: 5 s after the first claim, doubling with every
+/// further claim, at most 1 h. Every claim spends a slot, so an item whose
+/// emission keeps failing costs about one slot an hour once the backoff is
+/// at its cap, instead of one per loop of its worker.
+pub const RELEASE_BACKOFF_BASE: Duration = Duration::from_secs(5);
+pub const RELEASE_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+/// The furthest ahead a release may push an item, whatever it asks for.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Store {
     /// Enqueues; `(item, created)`. A ref seen before returns its item.
@@ -145,25 +187,41 @@ impl Store {
             .await
     }
 
-    /// Marks the item emitted (`emitted`) or releases it back to pending;
-    /// `None` when `worker` does not hold its claim. With the item comes the
-    /// concurrency slot lease its claim held, which the caller frees.
+    /// Marks the item emitted or releases it back to pending (claimable
+    /// again after its retry delay); `None` when `worker` does not hold its
+    /// claim. With the item comes the concurrency slot lease its claim held,
+    /// which the caller frees.
     pub async fn finish_work(
         &self,
         id: i64,
         worker: &str,
-        emitted: bool,
+        finish: Finish,
     ) -> Result<Option<(WorkItem, Option<i64>)>, sqlx::Error> {
-        let row = sqlx::query_file!("sql/work_finish.sql", id, worker, emitted)
-            .fetch_optional(self.pool())
-            .await?;
+        let (retry_in, retry_at) = match finish {
+            Finish::Release(RetryDelay::After(delay)) => (Some(delay.as_secs_f64()), None),
+            Finish::Release(RetryDelay::At(at)) => (None, Some(at)),
+            Finish::Release(RetryDelay::Backoff) | Finish::Done => (None, None),
+        };
+        let row = sqlx::query_file!(
+            "sql/work_finish.sql",
+            id,
+            worker,
+            matches!(finish, Finish::Done),
+            retry_in,
+            retry_at,
+            RELEASE_BACKOFF_BASE.as_secs_f64(),
+            RELEASE_BACKOFF_CAP.as_secs_f64(),
+            MAX_RETRY_DELAY.as_secs_f64()
+        )
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.map(|r| (work_item!(r), r.slot_lease_id)))
     }
 
     /// Deletes up to `batch` items done longer than `retention` ago; how many.
     pub async fn prune_done_work(
         &self,
-        retention: std::time::Duration,
+        retention: Duration,
         batch: i64,
     ) -> Result<u64, sqlx::Error> {
         let pruned = sqlx::query_file!("sql/work_prune.sql", retention.as_secs_f64(), batch)
@@ -182,8 +240,10 @@ impl Store {
             .await?;
         Ok(Backlog {
             db_now: row.db_now,
+            pending: row.pending,
             claimable: row.claimable,
             retry_at: row.retry_at,
+            next_not_before: row.next_not_before,
         })
     }
 }

@@ -1,11 +1,14 @@
 //! POST /v1/reserve/batch: rationing order, one take per quota, bypass first.
 
 use chrono::{DateTime, Duration, Utc};
-use quota_arbiter::decision::Outcome;
+use quota_arbiter::arbiter::MAX_BATCH_ITEMS;
+use quota_arbiter::catalog::MAX_NAME_LEN;
+use quota_arbiter::decision::{Outcome, MAX_COUNT, MAX_REF_LEN};
+use quota_arbiter::http::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, eventually, pin_clock, TestApp};
+use crate::helpers::{create_flow, current_count, eventually, pin_clock, set_limits, TestApp};
 
 async fn db_now(pool: &PgPool) -> DateTime<Utc> {
     sqlx::query_scalar("SELECT arbiter_now()")
@@ -237,4 +240,196 @@ async fn a_bad_batch_is_refused_whole(pool: PgPool) {
     ] {
         assert_eq!(post(body).await.unwrap().status(), 422);
     }
+}
+
+/// A `/v1/reserve` body answered alone and as the only item of a batch, in
+/// the same situation: every field of the two decisions, compared.
+async fn assert_batch_answers_like_reserve(app: &TestApp, body: Value) {
+    let single: Value = app.post_json("/v1/reserve", body.clone()).await;
+    let mut item = batch(app, json!([body])).await.remove(0);
+    let echoed = item.as_object_mut().unwrap().remove("ref").unwrap();
+    assert_eq!(echoed, body.get("ref").cloned().unwrap_or(Value::Null));
+    let (single, item) = (single.as_object().unwrap(), item.as_object().unwrap());
+    let fields = |d: &serde_json::Map<String, Value>| d.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(fields(item), fields(single), "{body}: the same fields");
+    for (field, alone) in single {
+        let batched = &item[field];
+        match field.as_str() {
+            // Counted down from a moment later: a second less at most.
+            "retry_after_seconds" => {
+                let (a, b) = (alone.as_i64(), batched.as_i64());
+                assert_eq!(a.is_some(), b.is_some(), "{body}: {field}");
+                assert!(
+                    a.zip(b).is_none_or(|(a, b)| (a - b).abs() <= 1),
+                    "{body}: {field}"
+                );
+            }
+            // Each grant holds a concurrency lease of its own.
+            "lease_id" | "valid_until" => {
+                assert_eq!(alone.is_null(), batched.is_null(), "{body}: {field}")
+            }
+            _ => assert_eq!(batched, alone, "{body}: {field}"),
+        }
+    }
+}
+
+#[sqlx::test]
+async fn a_batch_item_answers_field_by_field_like_a_single_reservation(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    // Full windows, one flow per path a batch item can take.
+    create_flow(&pool, "full", 1, "full", "enforce").await;
+    create_flow(&pool, "closed", 0, "closed", "enforce").await;
+    create_flow(&pool, "headroom", 2, "batchy", "enforce").await;
+    set_limits(&pool, "headroom", "priority3_share = 50").await;
+    create_flow(&pool, "slots", 100, "slotted", "enforce").await;
+    set_limits(&pool, "slots", "max_in_flight = 1").await;
+    create_flow(&pool, "rollout", 1, "rollout", "enforce").await;
+    create_flow(&pool, "watched", 1, "watched", "observe").await;
+    create_flow(&pool, "paced", 100, "paced", "observe").await;
+    set_limits(&pool, "paced", "rate = 0.01, burst = 1, adaptive = false").await;
+    create_flow(&pool, "open", 1000, "open", "enforce").await;
+    create_flow(&pool, "counted", 1000, "counted", "count").await;
+    sqlx::query("UPDATE flow SET priority = 3 WHERE name = 'batchy'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE flow SET enforce_percent = 50 WHERE name = 'rollout'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    for flow in ["full", "batchy", "slotted", "rollout", "watched", "paced"] {
+        app.reserve(json!({"flow": flow})).await;
+    }
+    let soon = db_now(&pool).await + Duration::minutes(1);
+    let mut bodies = vec![
+        json!({"flow": "full", "ref": "coalesced-take"}),
+        json!({"flow": "closed"}),
+        json!({"flow": "batchy", "ref": "headroom"}),
+        json!({"flow": "slotted"}),
+        json!({"flow": "watched", "count": 2}),
+        json!({"flow": "paced"}),
+        json!({"flow": "open", "count": 3}),
+        json!({"flow": "counted"}),
+        json!({"flow": "nobody-knows"}),
+        json!({"flow": "full", "deadline": soon}),
+    ];
+    // Enforced for half of the refusals: a ref always gets the same answer.
+    bodies.extend((0..8).map(|i| json!({"flow": "rollout", "ref": format!("r-{i}")})));
+    for body in bodies {
+        assert_batch_answers_like_reserve(&app, body).await;
+    }
+    // The situations were the ones meant.
+    let full = batch(&app, json!([{"flow": "full"}])).await;
+    assert_eq!(
+        (&full[0]["outcome"], &full[0]["limit"]),
+        (&json!("deferred"), &json!("budget"))
+    );
+    let paced = batch(&app, json!([{"flow": "paced"}])).await;
+    assert_eq!(
+        (&paced[0]["would_defer"], &paced[0]["limit"]),
+        (&json!(true), &json!("cadence"))
+    );
+    let rollout: Vec<Value> = batch(
+        &app,
+        json!((0..8)
+            .map(|i| json!({"flow": "rollout", "ref": format!("r-{i}")}))
+            .collect::<Vec<_>>()),
+    )
+    .await;
+    let deferred = rollout
+        .iter()
+        .filter(|d| d["outcome"] == "deferred")
+        .count();
+    assert!(
+        (1..8).contains(&deferred),
+        "some refusals deferred, the others granted as observed: {deferred}"
+    );
+}
+
+/// Refs of `MAX_REF_LEN` bytes and flows of `MAX_NAME_LEN` characters, every
+/// character of them written as a `\u00XX` escape, deadlines with nanoseconds
+/// and an offset, pretty-printed: the largest batch a caller can write.
+fn largest_batch_body(items: usize, flow: &str) -> String {
+    let escaped = |text: &str| -> String { text.bytes().map(|b| format!("\\u{b:04x}")).collect() };
+    let indent = "\n        ";
+    let lines: Vec<String> = (0..items)
+        .map(|i| {
+            let reference = format!("{i:0>width$}", width = MAX_REF_LEN);
+            format!(
+                "{indent}{{{indent}\"ref\": \"{}\",{indent}\"flow\": \"{}\",{indent}\"count\": {MAX_COUNT},{indent}\"deadline\": \"2099-12-31T23:59:59.999999999+05:30\"{indent}}}",
+                escaped(&reference),
+                escaped(flow)
+            )
+        })
+        .collect();
+    format!(
+        "{{{indent}\"items\": [{}{indent}]{indent}}}",
+        lines.join(",")
+    )
+}
+
+async fn post_raw(app: &TestApp, path: &str, body: String) -> reqwest::Response {
+    app.client
+        .post(format!("{}{path}", app.base))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn the_largest_batch_fits_and_one_byte_more_is_too_large(pool: PgPool) {
+    let flow = "f".repeat(MAX_NAME_LEN);
+    create_flow(&pool, "ppf", 1_000_000_000, &flow, "enforce").await;
+    let app = TestApp::spawn(pool).await;
+    let largest = largest_batch_body(MAX_BATCH_ITEMS, &flow);
+    assert!(
+        largest.len() <= MAX_BATCH_BODY_BYTES,
+        "{} bytes do not fit in {MAX_BATCH_BODY_BYTES}",
+        largest.len()
+    );
+    // Padded with whitespace to the limit exactly.
+    let exact = largest.clone() + &" ".repeat(MAX_BATCH_BODY_BYTES - largest.len());
+    let response = post_raw(&app, "/v1/reserve/batch", exact.clone()).await;
+    assert_eq!(response.status(), 200);
+    let decisions: Value = response.json().await.unwrap();
+    let decisions = decisions["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), MAX_BATCH_ITEMS);
+    assert_eq!(
+        decisions[499]["ref"],
+        format!("{:0>width$}", 499, width = MAX_REF_LEN)
+    );
+    assert!(decisions.iter().all(|d| d["outcome"] == "granted"));
+
+    let response = post_raw(&app, "/v1/reserve/batch", exact + " ").await;
+    assert_eq!(response.status(), 413);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+
+    // One item too many is refused for its count, not its size.
+    let plain: Vec<Value> = (0..=MAX_BATCH_ITEMS)
+        .map(|i| {
+            json!({"ref": format!("{i:0>width$}", width = MAX_REF_LEN), "flow": flow,
+                   "count": MAX_COUNT, "deadline": "2099-12-31T23:59:59.999999999+05:30"})
+        })
+        .collect();
+    let response = post_raw(
+        &app,
+        "/v1/reserve/batch",
+        json!({ "items": plain }).to_string(),
+    )
+    .await;
+    assert_eq!(response.status(), 422);
+
+    // Every other route keeps the small limit.
+    let padded = format!(
+        "{:<width$}",
+        json!({"flow": flow}).to_string(),
+        width = MAX_BODY_BYTES + 1
+    );
+    assert_eq!(post_raw(&app, "/v1/reserve", padded).await.status(), 413);
 }

@@ -236,7 +236,7 @@ async fn a_released_item_is_pending_again_and_keeps_its_slot_spent(pool: PgPool)
         post(&app, &path, json!({"worker": "w-9"})).await.status(),
         409
     );
-    let released: WorkItem = post(&app, &path, json!({"worker": "w-1"}))
+    let released: WorkItem = post(&app, &path, json!({"worker": "w-1", "retry_in": "0s"}))
         .await
         .json()
         .await
@@ -554,4 +554,417 @@ async fn a_replica_prunes_done_items_past_the_configured_retention(pool: PgPool)
     })
     .await;
     assert_eq!(done, 1, "only the item done within the hour is kept");
+}
+
+/// Items the operator's view counts as pending.
+const PENDING_IN_VIEW: &str = "SELECT sum(items)::bigint FROM work_pending_by_flow";
+
+/// A count an SQL query answers.
+async fn count_of(pool: &PgPool, query: &str) -> i64 {
+    sqlx::query_scalar(query).fetch_one(pool).await.unwrap()
+}
+
+async fn get_item(app: &TestApp, id: i64) -> WorkItem {
+    let response = app
+        .client
+        .get(format!("{}/v1/work/{id}", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+async fn release(app: &TestApp, id: i64, body: Value) -> reqwest::Response {
+    post(app, &format!("/v1/work/{id}/release"), body).await
+}
+
+/// Releases the item `id` held by w-1 with `body` and answers how far ahead
+/// of the database clock it becomes claimable again, in seconds.
+async fn released_for(app: &TestApp, pool: &PgPool, id: i64, body: Value) -> f64 {
+    let response = release(app, id, body.clone()).await;
+    assert_eq!(response.status(), 200, "release {body}");
+    sqlx::query_scalar("SELECT extract(epoch FROM not_before - arbiter_now())::float8 FROM work_item WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// `wait` (seconds) is a delay of `seconds` that began a moment ago.
+fn assert_waits(wait: f64, seconds: f64, what: &str) {
+    assert!(wait <= seconds && wait > seconds - 5.0, "{what}: {wait} s");
+}
+
+/// Ends every retry delay at once (time passing, as far as claims can
+/// tell), then w-1 claims the one item.
+async fn claim_when_due(app: &TestApp, pool: &PgPool) -> WorkItem {
+    sqlx::query("UPDATE work_item SET not_before = NULL WHERE state = 'pending'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let got = claim(app, json!({"worker": "w-1"})).await;
+    assert_eq!(got.outcome, ClaimOutcome::Claimed);
+    got.items[0].item.clone()
+}
+
+/// The worker loop of an emitter that always fails: claim, fail, release
+/// with the default backoff, claim again at once, for 10 s. Every claim
+/// spends a slot. The backoff makes the item claimable 5 s after its first
+/// claim and 10 s after its second, so claims can only succeed at about 0 s
+/// and 5 s (the third not before 15 s): at most 2 slots, where releasing
+/// without a delay spends a slot on every turn of the loop.
+#[sqlx::test]
+async fn a_worker_whose_emission_always_fails_cannot_burn_the_quota(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100_000, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let (_, item) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    let started = std::time::Instant::now();
+    let (mut turns, mut claimed) = (0_i64, 0_i64);
+    while started.elapsed() < std::time::Duration::from_secs(10) && turns < 20_000 {
+        turns += 1;
+        let got = claim(&app, json!({"worker": "w-1", "flows": ["invoice"]})).await;
+        if got.outcome == ClaimOutcome::Claimed {
+            claimed += 1;
+            let failed = release(&app, item.id, json!({"worker": "w-1"})).await;
+            assert_eq!(failed.status(), 200);
+        }
+    }
+    let spent = current_count(&pool, "ppf").await;
+    assert_eq!(spent, claimed, "each claim spent one slot");
+    assert!(
+        (1..=2).contains(&spent),
+        "{spent} slots spent in {turns} turns of the loop"
+    );
+    assert!(
+        turns >= 50,
+        "the loop kept trying ({turns} turns): without the backoff each would spend a slot"
+    );
+}
+
+#[sqlx::test]
+async fn a_release_waits_by_the_default_backoff_or_the_delay_it_names(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let (_, item) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    let id = claim_when_due(&app, &pool).await.id;
+    let w1 = json!({"worker": "w-1"});
+
+    // First claim released: 5 s, by the database clock.
+    let wait = released_for(&app, &pool, id, w1.clone()).await;
+    assert_waits(wait, 5.0, "first claim");
+    let waiting = get_item(&app, item.id).await;
+    assert_eq!(waiting.state, "pending");
+    assert_eq!(waiting.attempts, 1);
+    // The claim is gone with the release: only the history stays.
+    assert_eq!(
+        (&waiting.claimed_by, waiting.claimed_at, waiting.lease_until),
+        (&None, None, None)
+    );
+    assert_eq!(waiting.outcome.as_deref(), Some("granted"));
+    let deferred = claim(&app, json!({"worker": "w-2"})).await;
+    assert_eq!(deferred.outcome, ClaimOutcome::Deferred);
+    assert_eq!(
+        deferred.retry_at, waiting.not_before,
+        "retry when it is claimable"
+    );
+    assert_eq!(
+        deferred.limit, None,
+        "no limit holds it back, its delay does"
+    );
+    assert!(deferred
+        .retry_after_seconds
+        .is_some_and(|s| (1..=5).contains(&s)));
+
+    // The backoff doubles with every claim, up to an hour.
+    claim_when_due(&app, &pool).await;
+    let wait = released_for(&app, &pool, id, w1.clone()).await;
+    assert_waits(wait, 10.0, "second claim");
+    sqlx::query("UPDATE work_item SET attempts = 19")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(claim_when_due(&app, &pool).await.attempts, 20);
+    let wait = released_for(&app, &pool, id, w1.clone()).await;
+    assert_waits(wait, 3600.0, "capped");
+
+    // A delay the worker names instead.
+    let week = 7.0 * 24.0 * 3600.0;
+    let now = db_now(&pool).await;
+    for (body, seconds) in [
+        (json!({"worker": "w-1", "retry_in": "90s"}), 90.0),
+        (json!({"worker": "w-1", "retry_in": "1h 30m"}), 5400.0),
+        (
+            json!({"worker": "w-1", "retry_at": now + Duration::hours(2)}),
+            7200.0,
+        ),
+        (json!({"worker": "w-1", "retry_in": "1000days"}), week),
+        (
+            json!({"worker": "w-1", "retry_at": now + Duration::days(30)}),
+            week,
+        ),
+    ] {
+        claim_when_due(&app, &pool).await;
+        let wait = released_for(&app, &pool, id, body.clone()).await;
+        assert_waits(wait, seconds, &body.to_string());
+    }
+    // A time already past means now.
+    claim_when_due(&app, &pool).await;
+    let past = json!({"worker": "w-1", "retry_at": now - Duration::hours(1)});
+    assert_eq!(release(&app, id, past).await.status(), 200);
+    let again = claim(&app, json!({"worker": "w-2"})).await;
+    assert_eq!(again.outcome, ClaimOutcome::Claimed, "claimable at once");
+
+    for bad in [
+        json!({"worker": "w-2", "retry_in": "30s", "retry_at": now + Duration::hours(1)}),
+        json!({"worker": "w-2", "retry_in": "soon"}),
+        json!({"worker": "w-2", "retry_in": 30}),
+        json!({"worker": "w-2", "retry_at": "2026-11-30T14:30:00"}),
+        json!({"worker": "w-2", "retry_after": "30s"}),
+    ] {
+        assert_eq!(release(&app, id, bad.clone()).await.status(), 422, "{bad}");
+    }
+    assert_eq!(
+        get_item(&app, id).await.state,
+        "claimed",
+        "nothing released"
+    );
+}
+
+#[sqlx::test]
+async fn a_waiting_item_is_claimed_by_no_path_and_still_counts_as_pending(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    create_flow(&pool, "ppf", 100, "report", "observe").await;
+    create_flow(&pool, "ppf", 100, "ack", "count").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let soon = db_now(&pool).await + Duration::minutes(5);
+    for (flow, reference) in [
+        ("invoice", "enforced"),
+        ("report", "observed"),
+        ("ack", "counted"),
+        ("mystery", "unknown"),
+    ] {
+        enqueue(&app, json!({"flow": flow, "ref": reference, "payload": {}})).await;
+    }
+    enqueue(
+        &app,
+        json!({"flow": "invoice", "ref": "due", "deadline": soon, "payload": {}}),
+    )
+    .await;
+    let got = claim(&app, json!({"worker": "w-1", "max": 10})).await;
+    let mut outcomes: Vec<String> = got
+        .items
+        .iter()
+        .map(|c| c.decision.outcome.as_str().to_string())
+        .collect();
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            "bypassed",
+            "granted",
+            "granted",
+            "unthrottled",
+            "unthrottled"
+        ]
+    );
+    for c in &got.items {
+        let body = json!({"worker": "w-1", "retry_in": "10m"});
+        assert_eq!(release(&app, c.item.id, body).await.status(), 200);
+    }
+
+    let before = queue_dump(&pool).await;
+    let deferred = claim(&app, json!({"worker": "w-2", "max": 10})).await;
+    assert_eq!(deferred.outcome, ClaimOutcome::Deferred, "{deferred:?}");
+    assert_eq!(deferred.limit, None);
+    let wait = deferred.retry_at.unwrap() - db_now(&pool).await;
+    assert!(
+        wait > Duration::minutes(9) && wait <= Duration::minutes(10),
+        "{wait}"
+    );
+    assert_eq!(queue_dump(&pool).await, before, "nothing claimed");
+
+    // Waiting is still pending, and the waiting have a view of their own.
+    assert_eq!(count_of(&pool, PENDING_IN_VIEW).await, 5);
+    let oldest = count_of(&pool, "SELECT count(*) FROM work_oldest_pending").await;
+    assert_eq!(oldest, 4, "one per flow");
+    let waiting: Vec<(String, i64)> =
+        sqlx::query_as("SELECT flow, items FROM work_waiting_by_flow ORDER BY flow")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let expected = [("ack", 1), ("invoice", 2), ("mystery", 1), ("report", 1)];
+    assert_eq!(waiting, expected.map(|(f, n)| (f.to_string(), n)));
+
+    // The delay over, every path claims them again.
+    sqlx::query("UPDATE work_item SET not_before = arbiter_now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let again = claim(&app, json!({"worker": "w-2", "max": 10})).await;
+    assert_eq!(again.items.len(), 5);
+    let waiting = count_of(&pool, "SELECT count(*) FROM work_waiting_by_flow").await;
+    assert_eq!(waiting, 0);
+}
+
+#[sqlx::test]
+async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 100, "sync", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 1").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let job = json!({"flow": "sync", "ref": "job-1", "payload": {}});
+    let (_, item) = enqueue(&app, job.clone()).await;
+    let got = claim(&app, json!({"worker": "w-1"})).await;
+    assert!(got.items[0].decision.lease_id.is_some());
+    let held =
+        "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()";
+    assert_eq!(count_of(&pool, held).await, 1);
+
+    let released: WorkItem = release(&app, item.id, json!({"worker": "w-1", "retry_in": "0s"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(released.state, "pending");
+    assert_eq!(
+        (
+            &released.claimed_by,
+            released.claimed_at,
+            released.lease_until
+        ),
+        (&None, None, None),
+        "nothing of the claim is left"
+    );
+    assert_eq!(
+        count_of(&pool, held).await,
+        0,
+        "its concurrency slot is free"
+    );
+    assert_eq!(get_item(&app, item.id).await, released);
+
+    // w-2 claims it and dies: once its lease has run out the item reads
+    // pending, like the views and the next claim see it.
+    let got = claim(&app, json!({"worker": "w-2"})).await;
+    assert_eq!(got.outcome, ClaimOutcome::Claimed, "the free slot");
+    assert_eq!(get_item(&app, item.id).await.state, "claimed");
+    sqlx::query("UPDATE work_item SET lease_until = arbiter_now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let lapsed = get_item(&app, item.id).await;
+    assert_eq!(lapsed.state, "pending");
+    assert_eq!(
+        lapsed.claimed_by.as_deref(),
+        Some("w-2"),
+        "whose lease lapsed"
+    );
+    let (status, same_ref) = enqueue(&app, job).await;
+    assert_eq!((status, same_ref.state.as_str()), (200, "pending"));
+    assert_eq!(count_of(&pool, PENDING_IN_VIEW).await, 1);
+}
+
+#[sqlx::test]
+async fn finishing_an_item_already_done_is_a_conflict_that_says_so(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let (_, item) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    let (_, never_claimed) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    assert_eq!(
+        claim(&app, json!({"worker": "w-1"})).await.items[0].item.id,
+        item.id
+    );
+    let done = format!("/v1/work/{}/done", item.id);
+    let first: WorkItem = post(&app, &done, json!({"worker": "w-1"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(first.state, "done");
+    let repeated = post(&app, &done, json!({"worker": "w-1"})).await;
+    assert_eq!(repeated.status(), 200, "repeating it is harmless");
+    assert_eq!(repeated.json::<WorkItem>().await.unwrap(), first);
+
+    let conflicts = [
+        (done.clone(), "w-2"),
+        (format!("/v1/work/{}/release", item.id), "w-1"),
+        (format!("/v1/work/{}/release", item.id), "w-2"),
+    ];
+    for (path, worker) in conflicts {
+        let response = post(&app, &path, json!({"worker": worker})).await;
+        assert_eq!(response.status(), 409, "{path} by {worker}");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(
+            problem["detail"],
+            format!("work item {} is already done", item.id),
+            "{path} by {worker}"
+        );
+    }
+    assert_eq!(
+        get_item(&app, item.id).await,
+        first,
+        "still done, unchanged"
+    );
+
+    let response = post(
+        &app,
+        &format!("/v1/work/{}/done", never_claimed.id),
+        json!({"worker": "w-1"}),
+    )
+    .await;
+    assert_eq!(response.status(), 409);
+    let problem: Value = response.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("does not hold the claim"),
+        "{problem}"
+    );
+}
+
+#[sqlx::test]
+async fn a_claimed_observed_item_past_the_ceiling_says_which_limit_would_have_deferred_it(
+    pool: PgPool,
+) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 1, "report", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "report", 2).await;
+    let got = claim(&app, json!({"worker": "w-1", "max": 2})).await;
+    let flags: Vec<(bool, Option<Limit>)> = got
+        .items
+        .iter()
+        .map(|c| (c.decision.would_defer, c.decision.limit))
+        .collect();
+    assert_eq!(flags, [(false, None), (true, Some(Limit::Budget))]);
+}
+
+#[sqlx::test]
+async fn times_the_store_cannot_hold_are_refused_not_an_outage(pool: PgPool) {
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for deadline in ["-5000-01-01T00:00:00Z", "+200000-01-01T00:00:00Z"] {
+        let body = json!({"flow": "invoice", "payload": {}, "deadline": deadline});
+        assert_eq!(
+            post(&app, "/v1/work", body).await.status(),
+            422,
+            "{deadline}"
+        );
+    }
+    let (_, item) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    claim(&app, json!({"worker": "w-1"})).await;
+    for retry_at in ["-5000-01-01T00:00:00Z", "+200000-01-01T00:00:00Z"] {
+        let body = json!({"worker": "w-1", "retry_at": retry_at});
+        assert_eq!(
+            release(&app, item.id, body).await.status(),
+            422,
+            "{retry_at}"
+        );
+    }
+    assert_eq!(get_item(&app, item.id).await.state, "claimed");
 }
