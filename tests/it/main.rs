@@ -7,6 +7,7 @@ mod cadence;
 mod config;
 mod dashboard;
 mod helpers;
+mod metrics;
 mod openapi;
 mod operate;
 mod outage;
