@@ -1,6 +1,6 @@
 //! The observe-mode report: per flow still observing, what enforcement would
 //! have done over a period, from the decision tallies. With a what-if ceiling
-//! the same report is estimated from the window counts instead.
+//! the same report is estimated from the tallies and the window counts.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::catalog::Mode;
-use crate::store::Store;
+use crate::store::{ObserveTally, Store};
 
 /// Hours shown as the worst of a flow.
 const WORST_HOURS: usize = 3;
@@ -72,19 +72,14 @@ pub async fn observe_report(
         .iter()
         .filter(|f| f.mode == Mode::Observe.as_str() && quota.is_none_or(|q| q == f.quota));
     for flow in observing {
-        let ceiling = what_if_ceiling.unwrap_or(ceilings.get(&flow.quota).copied().unwrap_or(0));
+        let quota_ceiling = ceilings.get(&flow.quota).copied().unwrap_or(0);
+        let ceiling = what_if_ceiling.unwrap_or(quota_ceiling);
         let mut hours = Vec::new();
         let mut with_deadline = 0;
         for row in rows.iter().filter(|r| r.flow == flow.name) {
             let would_defer = match what_if_ceiling {
                 None => row.would_defer,
-                // Slots over the ceiling, shared out by the flow's part of the
-                // hour's decisions (one slot per decision assumed).
-                Some(n) => {
-                    let over = (row.window_count - n).max(0) as f64;
-                    let share = row.decisions as f64 / row.quota_decisions.max(1) as f64;
-                    ((over * share).round() as i64).min(row.decisions)
-                }
+                Some(n) => would_defer_at(row, quota_ceiling, n),
             };
             with_deadline += row.would_defer_with_deadline;
             hours.push(HourReport {
@@ -104,6 +99,34 @@ pub async fn observe_report(
         ));
     }
     Ok(report)
+}
+
+/// Estimates how many of a flow's decisions in one hour a ceiling of `n`
+/// would have deferred, from what the quota's own `ceiling` would have (the
+/// tally, exact) and the window's count. Observed slots are spent whatever the
+/// ceiling, so the hour's running count is the same for every ceiling, and a
+/// decision over one ceiling is over every lower one. Below `ceiling`, the
+/// decisions that fitted join in the proportion of the fitted slots that lie
+/// above `n`; above it, the would-defers stay in the proportion of the slots
+/// over `ceiling` that are still over `n`. Slots and decisions are never
+/// equated: a decision may take several slots.
+fn would_defer_at(row: &ObserveTally, ceiling: i64, n: i64) -> i64 {
+    let count = row.window_count as f64;
+    let (decisions, would_defer) = (row.decisions as f64, row.would_defer as f64);
+    let estimate = if n <= ceiling {
+        let fitted = count.min(ceiling as f64);
+        let newly_over = (fitted - n as f64).max(0.0) / fitted.max(1.0);
+        would_defer + (decisions - would_defer) * newly_over
+    } else {
+        let over = count - ceiling as f64;
+        let still_over = if over > 0.0 {
+            (count - n as f64).max(0.0) / over
+        } else {
+            0.0
+        };
+        would_defer * still_over
+    };
+    (estimate.round() as i64).clamp(0, row.decisions)
 }
 
 fn flow_report(

@@ -268,7 +268,6 @@ pub struct ObserveTally {
     pub would_defer: i64,
     pub would_defer_with_deadline: i64,
     pub window_count: i64,
-    pub quota_decisions: i64,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]

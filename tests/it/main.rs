@@ -12,6 +12,7 @@ mod openapi;
 mod operate;
 mod outage;
 mod replicas;
+mod report;
 mod reserve;
 mod windows;
 mod work;
