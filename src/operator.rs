@@ -155,17 +155,20 @@ pub async fn windows(store: &Store, quota: Option<&str>, last: i32) -> anyhow::R
 
 pub async fn report(
     store: &Store,
+    config: &Config,
     quota: Option<&str>,
     since: &str,
     ceiling: Option<i64>,
 ) -> anyhow::Result<()> {
     let since = report::parse_since(since).map_err(|e| anyhow::anyhow!("--since {e}"))?;
-    let report = report::observe_report(store, quota, since, ceiling).await?;
+    let report =
+        report::observe_report(store, quota, since, ceiling, config.history_retention).await?;
     print_report(&report);
     Ok(())
 }
 
 fn print_report(report: &Report) {
+    println!("({})", report.reach);
     if report.flows.is_empty() {
         println!("no flow is in observe mode");
     }

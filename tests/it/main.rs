@@ -7,6 +7,7 @@ mod cadence;
 mod config;
 mod dashboard;
 mod helpers;
+mod history;
 mod metrics;
 mod openapi;
 mod operate;

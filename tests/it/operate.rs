@@ -15,7 +15,7 @@ use crate::helpers::{
 };
 
 /// Runs an operator command of the real binary against this test's database.
-async fn cli(pool: &PgPool, args: &[&str]) -> Output {
+pub(crate) async fn cli(pool: &PgPool, args: &[&str]) -> Output {
     let url = database_url(pool, &postgres_host_port()).await;
     tokio::process::Command::new(env!("CARGO_BIN_EXE_quota-arbiter"))
         .args(args)
@@ -29,7 +29,7 @@ async fn cli(pool: &PgPool, args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
         "{}",
