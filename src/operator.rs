@@ -59,8 +59,8 @@ pub async fn list_flows(store: &Store) -> anyhow::Result<()> {
 
 fn print_flow(f: &FlowRow) {
     let percent = f
-        .enforce_percent
-        .map_or_else(|| "100".into(), |p| p.to_string());
+        .enforced_percent()
+        .map_or_else(|| "-".into(), |p| p.to_string());
     println!(
         "{:<24} {:<16} {:<8} {:>8} {:>8}",
         f.name, f.quota, f.mode, f.priority, percent

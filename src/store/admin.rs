@@ -105,6 +105,15 @@ pub struct FlowRow {
     pub updated_at: DateTime<Utc>,
 }
 
+impl FlowRow {
+    /// The share (1-100) of over-ceiling decisions deferred: `None` unless
+    /// the flow is in enforce mode (a percent kept from before a flip to
+    /// observe or count means nothing there).
+    pub fn enforced_percent(&self) -> Option<i16> {
+        (self.mode == Mode::Enforce.as_str()).then(|| self.enforce_percent.unwrap_or(100))
+    }
+}
+
 /// A change to the catalog, as `PUT /v1/flows/{name}` and the CLI express it.
 #[derive(Clone, Debug, Default)]
 pub struct FlowChange {

@@ -15,5 +15,6 @@ mod outage;
 mod replicas;
 mod report;
 mod reserve;
+mod views;
 mod windows;
 mod work;
