@@ -86,6 +86,12 @@ struct FlowModeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowLabels {
+    flow: String,
+    quota: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QuotaLabels {
     quota: String,
 }
@@ -113,6 +119,7 @@ pub struct Metrics {
     reserve_seconds: Histogram,
     store_errors: Family<OperationLabels, Counter>,
     flow_mode: Family<FlowModeLabels, Gauge>,
+    flow_enforce_percent: Family<FlowLabels, Gauge>,
     window_slots_spent: Family<QuotaLabels, Gauge>,
     window_ceiling: Family<QuotaLabels, Gauge>,
     pool_connections: Family<PoolLabels, Gauge>,
@@ -160,6 +167,12 @@ impl Metrics {
             "1 for each flow's current mode, 0 for the others: flips show as steps",
             flow_mode.clone(),
         );
+        let flow_enforce_percent = Family::<FlowLabels, Gauge>::default();
+        registry.register(
+            "flow_enforce_percent",
+            "Share (percent) of a flow's over-ceiling decisions deferred: 100 enforced, 1-99 partly enforced, 0 in observe or count",
+            flow_enforce_percent.clone(),
+        );
         let window_slots_spent = Family::<QuotaLabels, Gauge>::default();
         // Not `window_count`: a `_count` suffix belongs to histograms and summaries.
         registry.register(
@@ -202,6 +215,7 @@ impl Metrics {
             effective_rate,
             effective_burst,
             flow_mode,
+            flow_enforce_percent,
             window_slots_spent,
             window_ceiling,
             pool_connections,
@@ -285,7 +299,20 @@ impl Metrics {
     ) {
         self.register_flows(flows);
         self.flow_mode.clear();
+        self.flow_enforce_percent.clear();
         for flow in flows {
+            let enforced = if flow.mode == Mode::Enforce {
+                flow.enforce_percent
+            } else {
+                0
+            };
+            let labels = FlowLabels {
+                flow: flow.name.clone(),
+                quota: flow.quota.clone(),
+            };
+            self.flow_enforce_percent
+                .get_or_create(&labels)
+                .set(i64::from(enforced));
             for mode in [Mode::Observe, Mode::Enforce, Mode::Count] {
                 let labels = FlowModeLabels {
                     flow: flow.name.clone(),

@@ -148,7 +148,16 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .connect_lazy("postgres://nobody@127.0.0.1:1/none")
         .unwrap();
-    metrics.set_state(&[flow("invoice", Mode::Enforce)], None, &pool);
+    let partly = FlowRule {
+        enforce_percent: 25,
+        ..flow("ack", Mode::Enforce)
+    };
+    let flipped_back = FlowRule {
+        enforce_percent: 25,
+        ..flow("sync", Mode::Observe)
+    };
+    let flows = [flow("invoice", Mode::Enforce), partly, flipped_back];
+    metrics.set_state(&flows, None, &pool);
     let text = metrics.encode();
 
     let problems = exposition_problems(&text);
@@ -193,6 +202,18 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
             "1",
         ),
         ("quota_arbiter_reserve_duration_seconds_count", "1"),
+        (
+            r#"quota_arbiter_flow_enforce_percent{flow="invoice",quota="ppf"}"#,
+            "100",
+        ),
+        (
+            r#"quota_arbiter_flow_enforce_percent{flow="ack",quota="ppf"}"#,
+            "25",
+        ),
+        (
+            r#"quota_arbiter_flow_enforce_percent{flow="sync",quota="ppf"}"#,
+            "0",
+        ),
     ] {
         assert_eq!(sample(&text, series), Some(want), "{series}\n{text}");
     }
