@@ -95,8 +95,9 @@ async fn promtool_check(test: &str, text: &str) -> Option<Result<(), String>> {
     })
 }
 
-/// GET /metrics: the body, after checking the content type says its format.
-async fn scrape(app: &TestApp) -> String {
+/// GET /metrics: the body, after checking the content type says its format
+/// and the body is valid in that format (for promtool too, when installed).
+async fn valid_scrape(app: &TestApp, test: &str) -> String {
     let response = app
         .client
         .get(format!("{}/metrics", app.base))
@@ -108,15 +109,13 @@ async fn scrape(app: &TestApp) -> String {
         response.headers()["content-type"],
         "text/plain; version=0.0.4; charset=utf-8"
     );
-    response.text().await.unwrap()
-}
-
-async fn assert_valid(test: &str, text: &str) {
-    let problems = exposition_problems(text);
+    let text = response.text().await.unwrap();
+    let problems = exposition_problems(&text);
     assert!(problems.is_empty(), "{problems:#?}\n{text}");
-    if let Some(checked) = promtool_check(test, text).await {
+    if let Some(checked) = promtool_check(test, &text).await {
         checked.unwrap_or_else(|said| panic!("promtool check metrics:\n{said}\n{text}"));
     }
+    text
 }
 
 fn sample<'t>(text: &'t str, series: &str) -> Option<&'t str> {
@@ -230,12 +229,7 @@ fn the_checker_finds_what_it_is_meant_to_find() {
 async fn a_freshly_started_replica_exposes_a_valid_exposition(pool: PgPool) {
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
     let app = TestApp::spawn(pool).await;
-    let text = scrape(&app).await;
-    assert_valid(
-        "a_freshly_started_replica_exposes_a_valid_exposition",
-        &text,
-    )
-    .await;
+    let text = valid_scrape(&app, "a_freshly_started_replica_exposes_a_valid_exposition").await;
     for series in [
         r#"quota_arbiter_decisions_total{quota="ppf",flow="invoice",outcome="granted",mode="enforce"}"#,
         r#"quota_arbiter_decisions_total{quota="",flow="_unknown",outcome="unthrottled",mode=""}"#,
@@ -309,10 +303,9 @@ async fn a_replica_that_served_every_kind_of_traffic_exposes_a_valid_exposition(
     app.admin_json(Method::GET, "/v1/report?since=1d", None)
         .await;
 
-    let text = scrape(&app).await;
-    assert_valid(
+    let text = valid_scrape(
+        &app,
         "a_replica_that_served_every_kind_of_traffic_exposes_a_valid_exposition",
-        &text,
     )
     .await;
     for series in [
