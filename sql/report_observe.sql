@@ -1,16 +1,13 @@
 -- For flows still in observe mode (of quota $1, or all), per hour of the last $2
--- hours: the flow's decisions and would-defers, its quota's window count and
--- all of that quota's decisions in the hour (the base of what-if estimates).
+-- hours: the flow's decisions and would-defers, and its quota's window count
+-- (slots spent by every path: the base of what-if estimates).
 SELECT f.name                      AS "flow!",
        f.quota                     AS "quota!",
        d.window_start              AS "window_start!",
        d.granted                   AS "decisions!",
        d.would_defer               AS "would_defer!",
        d.would_defer_with_deadline AS "would_defer_with_deadline!",
-       coalesce(w.count, 0)        AS "window_count!",
-       (SELECT coalesce(sum(a.granted + a.deferred + a.bypassed + a.unthrottled), 0)
-        FROM decision_tally a
-        WHERE a.quota = f.quota AND a.window_start = d.window_start)::bigint AS "quota_decisions!"
+       coalesce(w.count, 0)        AS "window_count!"
 FROM flow f
 JOIN decision_tally d ON d.flow = f.name AND d.quota = f.quota
 LEFT JOIN quota_window w ON w.quota = f.quota AND w.window_start = d.window_start

@@ -27,6 +27,8 @@ const ENV_KEYS: &[&str] = &[
     "max_connections",
     "lease_duration",
     "work_retention",
+    "history_retention",
+    "audit_retention",
 ];
 
 /// `QUOTA_*` variables that belong to others on the same machine: the file
@@ -140,6 +142,12 @@ pub struct Config {
     /// How long done work items are kept before they are pruned; 0: forever.
     #[serde(with = "humantime_serde_compat")]
     pub work_retention: Duration,
+    /// How long hourly windows and decision tallies are kept; 0: forever.
+    #[serde(with = "humantime_serde_compat")]
+    pub history_retention: Duration,
+    /// How long the catalog audit trail is kept; 0: forever.
+    #[serde(with = "humantime_serde_compat")]
+    pub audit_retention: Duration,
     #[serde(default)]
     pub quotas: BTreeMap<String, QuotaLimits>,
     #[serde(default)]
@@ -175,6 +183,8 @@ impl Default for Config {
             max_connections: 16,
             lease_duration: Duration::from_secs(5 * 60),
             work_retention: Duration::from_secs(7 * 24 * 3600),
+            history_retention: Duration::from_secs(90 * 24 * 3600),
+            audit_retention: Duration::ZERO,
             quotas: BTreeMap::new(),
             flows: BTreeMap::new(),
         }
@@ -275,6 +285,8 @@ impl fmt::Debug for Config {
             .field("max_connections", &self.max_connections)
             .field("lease_duration", &self.lease_duration)
             .field("work_retention", &self.work_retention)
+            .field("history_retention", &self.history_retention)
+            .field("audit_retention", &self.audit_retention)
             .field("quotas", &self.quotas)
             .field("flows", &self.flows)
             .finish()

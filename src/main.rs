@@ -58,7 +58,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ceiling,
         } => {
             let store = operator::connect(&config).await?;
-            operator::report(&store, quota.as_deref(), &since, ceiling).await?
+            operator::report(&store, &config, quota.as_deref(), &since, ceiling).await?
         }
     }
     Ok(())

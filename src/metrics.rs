@@ -1,6 +1,12 @@
 //! Prometheus metrics. Label values come from the catalog, never straight from
 //! a caller, so a stream of made-up flow names cannot blow up cardinality.
+//! Every labelled counter whose label values are known in advance is created
+//! at zero (store operations at start-up, flows once the catalog is read), so
+//! `rate()` and `increase()` see the first event instead of a series appearing
+//! out of nowhere.
 
+use std::borrow::Cow;
+use std::fmt::Write;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -12,10 +18,41 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::catalog::{FlowRule, Mode};
-use crate::decision::Decision;
+use crate::decision::{Decision, Outcome};
 
 /// Flow label used for every flow the catalog does not know.
 pub const UNKNOWN_FLOW: &str = "_unknown";
+
+/// The Prometheus text format the exposition is written in.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Every store operation a decision, batch or claim can fail on: the
+/// `operation` label values of `quota_arbiter_store_errors_total`.
+pub const STORE_OPERATIONS: &[&str] = &[
+    "reserve",
+    "read_clock",
+    "take_slots",
+    "give_back_slots",
+    "claim_work",
+    "work_backlog",
+    "enqueue_work",
+    "get_work",
+    "finish_work",
+    "release_lease",
+];
+
+/// The outcomes a known flow's decisions can have in each mode; a flow the
+/// catalog does not know is `unthrottled`, or `bypassed` when due.
+fn outcomes_in(mode: Option<Mode>) -> &'static [Outcome] {
+    match mode {
+        Some(Mode::Observe) => &[Outcome::Granted, Outcome::Bypassed],
+        Some(Mode::Enforce) => &[Outcome::Granted, Outcome::Deferred, Outcome::Bypassed],
+        Some(Mode::Count) | None => &[Outcome::Unthrottled, Outcome::Bypassed],
+    }
+}
+
+/// Modes whose grants can carry `would_defer`: observe, and enforce below 100 %.
+const MODES_THAT_WOULD_DEFER: [Mode; 2] = [Mode::Observe, Mode::Enforce];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -23,6 +60,17 @@ struct DecisionLabels {
     flow: String,
     outcome: String,
     mode: String,
+}
+
+impl DecisionLabels {
+    fn new(quota: &str, flow: &str, outcome: Outcome, mode: Option<Mode>) -> Self {
+        Self {
+            quota: quota.to_string(),
+            flow: flow.to_string(),
+            outcome: outcome.as_str().to_string(),
+            mode: mode.map(Mode::as_str).unwrap_or_default().to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,6 +83,12 @@ struct FlowModeLabels {
     flow: String,
     quota: String,
     mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowLabels {
+    flow: String,
+    quota: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,7 +119,8 @@ pub struct Metrics {
     reserve_seconds: Histogram,
     store_errors: Family<OperationLabels, Counter>,
     flow_mode: Family<FlowModeLabels, Gauge>,
-    window_count: Family<QuotaLabels, Gauge>,
+    flow_enforce_percent: Family<FlowLabels, Gauge>,
+    window_slots_spent: Family<QuotaLabels, Gauge>,
     window_ceiling: Family<QuotaLabels, Gauge>,
     pool_connections: Family<PoolLabels, Gauge>,
     pool_max_connections: Gauge,
@@ -112,11 +167,18 @@ impl Metrics {
             "1 for each flow's current mode, 0 for the others: flips show as steps",
             flow_mode.clone(),
         );
-        let window_count = Family::<QuotaLabels, Gauge>::default();
+        let flow_enforce_percent = Family::<FlowLabels, Gauge>::default();
         registry.register(
-            "window_count",
+            "flow_enforce_percent",
+            "Share (percent) of a flow's over-ceiling decisions deferred: 100 enforced, 1-99 partly enforced, 0 in observe or count",
+            flow_enforce_percent.clone(),
+        );
+        let window_slots_spent = Family::<QuotaLabels, Gauge>::default();
+        // Not `window_count`: a `_count` suffix belongs to histograms and summaries.
+        registry.register(
+            "window_slots_spent",
             "Slots spent in the current UTC-hour window, by quota",
-            window_count.clone(),
+            window_slots_spent.clone(),
         );
         let window_ceiling = Family::<QuotaLabels, Gauge>::default();
         registry.register(
@@ -148,12 +210,13 @@ impl Metrics {
             "Cadence bucket size in force, after adaptive shrinking",
             effective_burst.clone(),
         );
-        Self {
+        let metrics = Self {
             registry: Arc::new(registry),
             effective_rate,
             effective_burst,
             flow_mode,
-            window_count,
+            flow_enforce_percent,
+            window_slots_spent,
             window_ceiling,
             pool_connections,
             pool_max_connections,
@@ -161,24 +224,31 @@ impl Metrics {
             would_defer,
             reserve_seconds,
             store_errors,
+        };
+        for operation in STORE_OPERATIONS {
+            let labels = OperationLabels {
+                operation: operation.to_string(),
+            };
+            create_at_zero(&metrics.store_errors, &labels);
         }
+        for outcome in outcomes_in(None) {
+            let labels = DecisionLabels::new("", UNKNOWN_FLOW, *outcome, None);
+            create_at_zero(&metrics.decisions, &labels);
+        }
+        metrics
     }
 
     pub fn record_decision(&self, decision: &Decision, known_flow: bool) {
-        let labels = DecisionLabels {
-            quota: decision.quota.clone().unwrap_or_default(),
-            flow: if known_flow {
-                decision.flow.clone()
+        let labels = DecisionLabels::new(
+            decision.quota.as_deref().unwrap_or_default(),
+            if known_flow {
+                &decision.flow
             } else {
-                UNKNOWN_FLOW.to_string()
+                UNKNOWN_FLOW
             },
-            outcome: decision.outcome.as_str().to_string(),
-            mode: decision
-                .mode
-                .map(|m| m.as_str())
-                .unwrap_or_default()
-                .to_string(),
-        };
+            decision.outcome,
+            decision.mode,
+        );
         if decision.would_defer {
             self.would_defer.get_or_create(&labels).inc();
         }
@@ -190,6 +260,10 @@ impl Metrics {
     }
 
     pub fn store_error(&self, operation: &str) {
+        debug_assert!(
+            STORE_OPERATIONS.contains(&operation),
+            "store operation `{operation}` is missing from STORE_OPERATIONS, so it has no series before its first error"
+        );
         self.store_errors
             .get_or_create(&OperationLabels {
                 operation: operation.to_string(),
@@ -197,15 +271,48 @@ impl Metrics {
             .inc();
     }
 
-    /// Sets the gauges that describe state rather than events, just before a scrape.
+    /// Creates, at zero, the decision counters every flow of the catalog can
+    /// move in any mode, so a flip starts new series from zero, not from nothing.
+    fn register_flows(&self, flows: &[FlowRule]) {
+        for flow in flows {
+            for mode in [Mode::Observe, Mode::Enforce, Mode::Count] {
+                for outcome in outcomes_in(Some(mode)) {
+                    let labels = DecisionLabels::new(&flow.quota, &flow.name, *outcome, Some(mode));
+                    create_at_zero(&self.decisions, &labels);
+                }
+            }
+            for mode in MODES_THAT_WOULD_DEFER {
+                let labels =
+                    DecisionLabels::new(&flow.quota, &flow.name, Outcome::Granted, Some(mode));
+                create_at_zero(&self.would_defer, &labels);
+            }
+        }
+    }
+
+    /// Sets the gauges that describe state rather than events, just before a
+    /// scrape, and creates the counters of flows the catalog now has.
     pub fn set_state(
         &self,
         flows: &[FlowRule],
         usage: Option<&[WindowUsage]>,
         pool: &sqlx::PgPool,
     ) {
+        self.register_flows(flows);
         self.flow_mode.clear();
+        self.flow_enforce_percent.clear();
         for flow in flows {
+            let enforced = if flow.mode == Mode::Enforce {
+                flow.enforce_percent
+            } else {
+                0
+            };
+            let labels = FlowLabels {
+                flow: flow.name.clone(),
+                quota: flow.quota.clone(),
+            };
+            self.flow_enforce_percent
+                .get_or_create(&labels)
+                .set(i64::from(enforced));
             for mode in [Mode::Observe, Mode::Enforce, Mode::Count] {
                 let labels = FlowModeLabels {
                     flow: flow.name.clone(),
@@ -218,7 +325,7 @@ impl Metrics {
             }
         }
         // Without a fresh reading, no number beats a stale one.
-        self.window_count.clear();
+        self.window_slots_spent.clear();
         self.window_ceiling.clear();
         self.effective_rate.clear();
         self.effective_burst.clear();
@@ -226,7 +333,9 @@ impl Metrics {
             let labels = QuotaLabels {
                 quota: window.quota.clone(),
             };
-            self.window_count.get_or_create(&labels).set(window.count);
+            self.window_slots_spent
+                .get_or_create(&labels)
+                .set(window.count);
             self.window_ceiling
                 .get_or_create(&labels)
                 .set(window.hourly_ceiling);
@@ -249,10 +358,46 @@ impl Metrics {
             .set(i64::from(pool.options().get_max_connections()));
     }
 
+    /// The exposition in the Prometheus text format ([`CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
-        let mut out = String::new();
+        let mut open_metrics = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        let _ =
+            prometheus_client::encoding::text::encode_registry(&mut open_metrics, &self.registry);
+        prometheus_text(&open_metrics)
     }
+}
+
+fn create_at_zero<L: Clone + std::hash::Hash + Eq>(family: &Family<L, Counter>, labels: &L) {
+    family.get_or_create(labels).inc_by(0);
+}
+
+/// prometheus_client writes OpenMetrics, where a counter family is named
+/// without the `_total` its samples carry. The Prometheus text format names a
+/// family exactly like its samples (otherwise its samples read as untyped
+/// metrics without help) and has no `# EOF` or `# UNIT` lines.
+fn prometheus_text(open_metrics: &str) -> String {
+    let mut out = String::with_capacity(open_metrics.len() + 256);
+    let mut help: Option<&str> = None;
+    for line in open_metrics.lines() {
+        if let Some(described) = line.strip_prefix("# HELP ") {
+            // Written with the TYPE line, once the family's type is known.
+            help = Some(described);
+        } else if let Some(typed) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = typed.rsplit_once(' ').unwrap_or((typed, "untyped"));
+            let name: Cow<str> = if kind == "counter" && !name.ends_with("_total") {
+                format!("{name}_total").into()
+            } else {
+                name.into()
+            };
+            if let Some(text) = help.take().and_then(|h| h.split_once(' ')).map(|(_, t)| t) {
+                let _ = writeln!(out, "# HELP {name} {text}");
+            }
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+        } else if line != "# EOF" && !line.starts_with("# UNIT ") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }

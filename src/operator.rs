@@ -60,8 +60,8 @@ pub async fn list_flows(store: &Store) -> anyhow::Result<()> {
 
 fn print_flow(f: &FlowRow) {
     let percent = f
-        .enforce_percent
-        .map_or_else(|| "100".into(), |p| p.to_string());
+        .enforced_percent()
+        .map_or_else(|| "-".into(), |p| p.to_string());
     println!(
         "{:<24} {:<16} {:<8} {:>8} {:>8}",
         f.name, f.quota, f.mode, f.priority, percent
@@ -172,18 +172,21 @@ pub async fn windows(store: &Store, quota: Option<&str>, last: i32) -> anyhow::R
 
 pub async fn report(
     store: &Store,
+    config: &Config,
     quota: Option<&str>,
     since: &str,
     ceiling: Option<i64>,
 ) -> anyhow::Result<()> {
     let since = report::parse_since(since).map_err(|e| anyhow::anyhow!("--since {e}"))?;
     known_quota(store, quota).await?;
-    let report = report::observe_report(store, quota, since, ceiling).await?;
+    let report =
+        report::observe_report(store, quota, since, ceiling, config.history_retention).await?;
     print_report(&report);
     Ok(())
 }
 
 fn print_report(report: &Report) {
+    println!("({})", report.reach);
     if report.flows.is_empty() {
         println!("no flow is in observe mode");
     }

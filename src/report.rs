@@ -1,15 +1,16 @@
 //! The observe-mode report: per flow still observing, what enforcement would
 //! have done over a period, from the decision tallies. With a what-if ceiling
-//! the same report is estimated from the window counts instead.
+//! the same report is estimated from the tallies and the window counts.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::catalog::Mode;
-use crate::store::Store;
+use crate::store::{ObserveTally, Store};
 
 /// Hours shown as the worst of a flow.
 const WORST_HOURS: usize = 3;
@@ -20,6 +21,14 @@ pub struct Report {
     pub since_hours: i32,
     /// The what-if ceiling, when one was asked for.
     pub ceiling: Option<i64>,
+    /// How long windows and tallies are kept (`7d`, `36h`), as the process
+    /// answering is configured; `null`: forever.
+    pub history_retention: Option<String>,
+    /// The oldest hour whose tallies are still kept; `null`: none yet.
+    pub oldest_tally: Option<DateTime<Utc>>,
+    /// How far back the report can look, in words; it says so when `since`
+    /// asks for more than the retention keeps.
+    pub reach: String,
     pub flows: Vec<FlowReport>,
 }
 
@@ -49,11 +58,13 @@ pub struct HourReport {
 
 /// Builds the report for the last `since_hours` hours. `what_if_ceiling`
 /// recomputes it as if every quota's ceiling were that value, touching nothing.
+/// `history_retention` is how long tallies are kept (0: forever).
 pub async fn observe_report(
     store: &Store,
     quota: Option<&str>,
     since_hours: i32,
     what_if_ceiling: Option<i64>,
+    history_retention: Duration,
 ) -> Result<Report, sqlx::Error> {
     let flows = store.list_flows().await?;
     let ceilings: BTreeMap<String, i64> = store
@@ -63,28 +74,28 @@ pub async fn observe_report(
         .map(|q| (q.name, q.hourly_ceiling))
         .collect();
     let rows = store.observe_tallies(quota, since_hours).await?;
+    let oldest_tally = store.oldest_tally(quota).await?;
+    let kept_for = (!history_retention.is_zero()).then_some(history_retention);
     let mut report = Report {
         since_hours,
         ceiling: what_if_ceiling,
+        history_retention: kept_for.map(whole_units),
+        oldest_tally,
+        reach: reach(since_hours, kept_for, oldest_tally),
         flows: Vec::new(),
     };
     let observing = flows
         .iter()
         .filter(|f| f.mode == Mode::Observe.as_str() && quota.is_none_or(|q| q == f.quota));
     for flow in observing {
-        let ceiling = what_if_ceiling.unwrap_or(ceilings.get(&flow.quota).copied().unwrap_or(0));
+        let quota_ceiling = ceilings.get(&flow.quota).copied().unwrap_or(0);
+        let ceiling = what_if_ceiling.unwrap_or(quota_ceiling);
         let mut hours = Vec::new();
         let mut with_deadline = 0;
         for row in rows.iter().filter(|r| r.flow == flow.name) {
             let would_defer = match what_if_ceiling {
                 None => row.would_defer,
-                // Slots over the ceiling, shared out by the flow's part of the
-                // hour's decisions (one slot per decision assumed).
-                Some(n) => {
-                    let over = (row.window_count - n).max(0) as f64;
-                    let share = row.decisions as f64 / row.quota_decisions.max(1) as f64;
-                    ((over * share).round() as i64).min(row.decisions)
-                }
+                Some(n) => would_defer_at(row, quota_ceiling, n),
             };
             with_deadline += row.would_defer_with_deadline;
             hours.push(HourReport {
@@ -104,6 +115,63 @@ pub async fn observe_report(
         ));
     }
     Ok(report)
+}
+
+/// Estimates how many of a flow's decisions in one hour a ceiling of `n`
+/// would have deferred, from what the quota's own `ceiling` would have (the
+/// tally, exact) and the window's count. Observed slots are spent whatever the
+/// ceiling, so the hour's running count is the same for every ceiling, and a
+/// decision over one ceiling is over every lower one. Below `ceiling`, the
+/// decisions that fitted join in the proportion of the fitted slots that lie
+/// above `n`; above it, the would-defers stay in the proportion of the slots
+/// over `ceiling` that are still over `n`. Slots and decisions are never
+/// equated: a decision may take several slots.
+fn would_defer_at(row: &ObserveTally, ceiling: i64, n: i64) -> i64 {
+    let count = row.window_count as f64;
+    let (decisions, would_defer) = (row.decisions as f64, row.would_defer as f64);
+    let estimate = if n <= ceiling {
+        let fitted = count.min(ceiling as f64);
+        let newly_over = (fitted - n as f64).max(0.0) / fitted.max(1.0);
+        would_defer + (decisions - would_defer) * newly_over
+    } else {
+        let over = count - ceiling as f64;
+        let still_over = if over > 0.0 {
+            (count - n as f64).max(0.0) / over
+        } else {
+            0.0
+        };
+        would_defer * still_over
+    };
+    (estimate.round() as i64).clamp(0, row.decisions)
+}
+
+/// How far back tallies go, and whether `since_hours` asks for more than is kept.
+fn reach(since_hours: i32, kept_for: Option<Duration>, oldest: Option<DateTime<Utc>>) -> String {
+    let kept = kept_for.map_or_else(
+        || "tallies are kept forever".to_string(),
+        |retention| format!("tallies are kept for {}", whole_units(retention)),
+    );
+    let oldest = oldest.map_or_else(
+        || "none is kept yet".to_string(),
+        |hour| format!("the oldest kept is from {}", hour.format("%Y-%m-%d %H:%MZ")),
+    );
+    let asked = u64::try_from(since_hours).unwrap_or(0) * 3600;
+    match kept_for {
+        Some(retention) if asked > retention.as_secs() => format!(
+            "the last {since_hours} hours were asked for, but {kept}: the report cannot look back further ({oldest})"
+        ),
+        _ => format!("{kept}; {oldest}"),
+    }
+}
+
+/// `90d`, `36h`: a retention the way it is configured, not in 30.44-day months.
+fn whole_units(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    match (seconds % 86_400, seconds % 3600, duration.subsec_nanos()) {
+        (0, _, 0) => format!("{}d", seconds / 86_400),
+        (_, 0, 0) => format!("{}h", seconds / 3600),
+        _ => humantime::format_duration(duration).to_string(),
+    }
 }
 
 fn flow_report(

@@ -27,7 +27,7 @@ const SYNC_EVERY: Duration = Duration::from_secs(2);
 const CATALOG_CHANNEL: &str = "quota_arbiter_catalog";
 /// How often counts and tallies made off the hot path are written.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
-/// How often done work items past their retention are pruned.
+/// How often rows past their retention (done work, history) are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// How long `build` waits for the store before serving anyway (not ready).
 const STARTUP_WAIT: Duration = Duration::from_secs(3);
@@ -79,8 +79,14 @@ impl Application {
             default_ceiling: config.hourly_ceiling,
             store_timeout: config.store_timeout,
             lease_duration: config.lease_duration,
+            history_retention: config.history_retention,
         };
-        let work_retention = config.work_retention;
+        let retentions = [
+            (Pruned::DoneWork, config.work_retention),
+            (Pruned::Windows, config.history_retention),
+            (Pruned::Tallies, config.history_retention),
+            (Pruned::AuditTrail, config.audit_retention),
+        ];
         let bootstrap = tokio::spawn(bootstrap(config, store.clone(), catalog.clone()));
         // Serve at once when the store is there; otherwise start not ready and
         // let the bootstrap task keep trying.
@@ -98,7 +104,7 @@ impl Application {
             tokio::spawn(sync_loop(store.clone(), catalog.clone(), clock)),
             tokio::spawn(listen_loop(store.clone(), catalog)),
             tokio::spawn(flush_loop(store.clone(), ledger.clone())),
-            tokio::spawn(prune_loop(store, work_retention)),
+            tokio::spawn(prune_loop(store, retentions)),
         ];
         Ok(Self {
             listener,
@@ -225,29 +231,61 @@ async fn flush_loop(store: Store, ledger: Ledger) {
     }
 }
 
-/// Keeps the registry from growing forever: done items older than the
-/// retention go, a batch at a time so no statement holds many locks.
-async fn prune_loop(store: Store, retention: Duration) {
+/// What the pruning task deletes once it is older than its retention.
+#[derive(Clone, Copy, Debug)]
+enum Pruned {
+    DoneWork,
+    Windows,
+    Tallies,
+    AuditTrail,
+}
+
+impl Pruned {
+    async fn prune(
+        self,
+        store: &Store,
+        retention: Duration,
+        batch: i64,
+    ) -> Result<u64, sqlx::Error> {
+        match self {
+            Pruned::DoneWork => store.prune_done_work(retention, batch).await,
+            Pruned::Windows => store.prune_windows(retention, batch).await,
+            Pruned::Tallies => store.prune_tallies(retention, batch).await,
+            Pruned::AuditTrail => store.prune_audit(retention, batch).await,
+        }
+    }
+}
+
+/// Keeps the work registry and the history from growing forever: rows older
+/// than their retention (0: kept forever) go, a batch at a time so no
+/// statement holds many locks. Every replica runs it; they skip each other's rows.
+async fn prune_loop(store: Store, retentions: impl IntoIterator<Item = (Pruned, Duration)>) {
     const BATCH: i64 = 5000;
-    if retention.is_zero() {
+    let steps: Vec<_> = retentions
+        .into_iter()
+        .filter(|(_, retention)| !retention.is_zero())
+        .collect();
+    if steps.is_empty() {
         return;
     }
     let mut tick = tokio::time::interval(PRUNE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        loop {
-            match store.prune_done_work(retention, BATCH).await {
-                Ok(0) => break,
-                Ok(pruned) => {
-                    tracing::info!(pruned, "done work items past their retention deleted");
-                    if pruned < BATCH as u64 {
+        for &(what, retention) in &steps {
+            loop {
+                match what.prune(&store, retention, BATCH).await {
+                    Ok(0) => break,
+                    Ok(pruned) => {
+                        tracing::info!(pruned, ?what, "rows past their retention deleted");
+                        if pruned < BATCH as u64 {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, ?what, "rows past their retention not pruned; next time");
                         break;
                     }
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "done work items not pruned; next time");
-                    break;
                 }
             }
         }

@@ -303,7 +303,13 @@ pub async fn observe_report(
     if query.ceiling.is_some_and(|c| c < 0) {
         return Err(ApiError::Invalid("`ceiling` must be 0 or more".into()));
     }
-    let report =
-        report::observe_report(&state.store, query.quota.as_deref(), since, query.ceiling).await?;
+    let report = report::observe_report(
+        &state.store,
+        query.quota.as_deref(),
+        since,
+        query.ceiling,
+        state.history_retention,
+    )
+    .await?;
     Ok(Json(report))
 }

@@ -197,12 +197,18 @@ fn flow_row(page: &mut String, flow: &FlowRow) {
     } else {
         "enforce"
     };
+    // A partly enforced flow still lets most of its over-ceiling decisions through.
+    let shown = match flow.enforced_percent() {
+        Some(percent) if percent < 100 => format!("{} {percent}%", flow.mode),
+        _ => flow.mode.clone(),
+    };
     let _ = write!(
         page,
-        r#"<tr data-flow="{name}"><td>{name}</td><td>{quota}</td><td><span class="mode {mode}">{mode}</span></td><td>{priority}</td><td><code>quota-arbiter flow {name} {next}</code><br><code>UPDATE flow SET mode = '{next}' WHERE name = '{name}';</code></td></tr>"#,
+        r#"<tr data-flow="{name}"><td>{name}</td><td>{quota}</td><td><span class="mode {mode}">{shown}</span></td><td>{priority}</td><td><code>quota-arbiter flow {name} {next}</code><br><code>UPDATE flow SET mode = '{next}' WHERE name = '{name}';</code></td></tr>"#,
         name = escape(&flow.name),
         quota = escape(&flow.quota),
         mode = escape(&flow.mode),
+        shown = escape(&shown),
         priority = flow.priority,
     );
 }

@@ -54,6 +54,8 @@ pub struct AppState {
     pub store_timeout: Duration,
     /// How long a claimed work item is leased before it counts as pending again.
     pub lease_duration: Duration,
+    /// How long windows and tallies are kept, for the report to say; 0: forever.
+    pub history_retention: Duration,
 }
 
 #[derive(OpenApi)]

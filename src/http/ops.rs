@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use crate::metrics::WindowUsage;
+use crate::metrics::{self, WindowUsage};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -62,9 +62,9 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readines
     )
 }
 
-/// Prometheus text exposition.
+/// Prometheus text exposition (format 0.0.4).
 #[utoipa::path(get, path = "/metrics", tag = "ops",
-    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+    responses((status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let flows: Vec<_> = state
         .catalog
@@ -90,10 +90,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .metrics
         .set_state(&flows, usage.as_deref(), state.store.pool());
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
         state.metrics.encode(),
     )
 }

@@ -40,6 +40,15 @@ pub struct FlowRow {
     pub updated_at: DateTime<Utc>,
 }
 
+impl FlowRow {
+    /// The share (1-100) of over-ceiling decisions deferred: `None` unless
+    /// the flow is in enforce mode (a percent kept from before a flip to
+    /// observe or count means nothing there).
+    pub fn enforced_percent(&self) -> Option<i16> {
+        (self.mode == Mode::Enforce.as_str()).then(|| self.enforce_percent.unwrap_or(100))
+    }
+}
+
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct WindowRow {
     pub quota: String,
@@ -244,7 +253,6 @@ pub struct ObserveTally {
     pub would_defer: i64,
     pub would_defer_with_deadline: i64,
     pub window_count: i64,
-    pub quota_decisions: i64,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]

@@ -5,15 +5,10 @@ use std::path::PathBuf;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, TestApp};
+use crate::helpers::{create_flow, find_on_path, TestApp};
 
 fn chromium() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
-        .find(|candidate| candidate.is_file())
+    find_on_path(&["chromium", "chromium-browser", "google-chrome"])
 }
 
 #[sqlx::test]

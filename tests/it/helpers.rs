@@ -375,3 +375,14 @@ impl StoreProxy {
         }
     }
 }
+
+/// The first of `names` found as a file on `PATH`: tools a test needs that CI
+/// installs (Chromium, promtool) and a developer machine may lack.
+pub fn find_on_path(names: &[&str]) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
+    names
+        .iter()
+        .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}

@@ -311,7 +311,7 @@ async fn metrics_expose_modes_usage_and_pool(pool: PgPool) {
     for line in [
         r#"quota_arbiter_flow_mode{flow="invoice",quota="ppf",mode="enforce"} 1"#,
         r#"quota_arbiter_flow_mode{flow="invoice",quota="ppf",mode="observe"} 0"#,
-        r#"quota_arbiter_window_count{quota="ppf"} 1"#,
+        r#"quota_arbiter_window_slots_spent{quota="ppf"} 1"#,
         r#"quota_arbiter_window_ceiling{quota="ppf"} 5"#,
         r#"quota_arbiter_decisions_total{quota="ppf",flow="invoice",outcome="granted",mode="enforce"} 1"#,
     ] {
