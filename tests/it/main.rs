@@ -10,6 +10,7 @@ mod helpers;
 mod openapi;
 mod operate;
 mod outage;
+mod readme;
 mod replicas;
 mod reserve;
 mod windows;
