@@ -28,7 +28,10 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Every store operation a decision, batch or claim can fail on: the
 /// `operation` label values of `quota_arbiter_store_errors_total`.
+/// `request`: an admin, report or dashboard request whose store work did not
+/// finish within the store timeout.
 pub const STORE_OPERATIONS: &[&str] = &[
+    "request",
     "reserve",
     "read_clock",
     "take_slots",

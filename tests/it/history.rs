@@ -12,8 +12,8 @@ use quota_arbiter::store::Store;
 use reqwest::Method;
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, pin_clock, test_config, TestApp};
 use crate::helpers::{cli, stdout};
+use crate::helpers::{eventually, pin_clock, test_config, TestApp};
 
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(24 * 3600);

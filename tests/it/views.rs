@@ -4,8 +4,8 @@
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, metrics_text, set_limits, TestApp};
 use crate::helpers::{cli, stdout};
+use crate::helpers::{create_flow, metrics_text, set_limits, TestApp};
 
 /// A `quota_cadence` row: quota, effective_rate, tokens_now, max_in_flight, leases_held.
 type CadenceRow = (String, Option<f64>, Option<f64>, Option<i32>, i64);
