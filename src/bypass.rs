@@ -1,4 +1,4 @@
-//! Deadline bypass (DESIGN §2): work due within the bypass horizon outranks
+//! Deadline bypass (design.md §2): work due within the bypass horizon outranks
 //! the quota. This path is deliberately not handed the reservation store, so it
 //! cannot call the reservation, and a broken store cannot hold it back. The
 //! slots it spends are counted after the fact.

@@ -48,7 +48,7 @@ pub fn validate_limits(
     }
 }
 
-/// What a flow's decisions do with the quota (DESIGN §2).
+/// What a flow's decisions do with the quota (design.md §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {

@@ -132,7 +132,7 @@ pub struct Config {
     /// Apply migrations when `serve` starts.
     pub migrate_on_start: bool,
     /// Upper bound on how long an enforced decision waits for the store before
-    /// answering 503; kept under the 2 s promised by DESIGN §3.4.
+    /// answering 503; kept under the 2 s promised by design.md §3.4.
     #[serde(with = "humantime_serde_compat")]
     pub store_timeout: Duration,
     pub max_connections: u32,

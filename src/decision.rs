@@ -1,4 +1,4 @@
-//! The vocabulary of a decision (DESIGN §2): what a worker asks and what the
+//! The vocabulary of a decision (design.md §2): what a worker asks and what the
 //! arbiter answers.
 
 use chrono::{DateTime, Utc};

@@ -1,5 +1,5 @@
 //! quota-arbiter: many workers share a third-party quota, with PostgreSQL as
-//! the single atomic arbiter. See DESIGN.md for the contract.
+//! the single atomic arbiter. See docs/design.md for the contract.
 
 pub mod arbiter;
 pub mod bench;

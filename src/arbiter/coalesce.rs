@@ -1,4 +1,4 @@
-//! Coalescing (DESIGN §8). Every decision on one quota contends for one row,
+//! Coalescing (design.md §8). Every decision on one quota contends for one row,
 //! so a statement per request tops out at the database's hot-row rate.
 //! Concurrent enforced decisions for the same quota in this replica are
 //! gathered instead: one take-up-to-k upsert decides the whole group, and the

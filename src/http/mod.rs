@@ -1,4 +1,4 @@
-//! The HTTP surface (DESIGN §4): one router per module, merged here.
+//! The HTTP surface (design.md §4): one router per module, merged here.
 
 mod admin;
 mod batch;

@@ -61,7 +61,7 @@ impl Store {
 
     /// The bare conditional upsert, without cadence or leases: a lone
     /// coalesced decision, the bench baseline, tests.
-    /// One conditional upsert (DESIGN §3.2): takes `slots` of `quota` in the
+    /// One conditional upsert (design.md §3.2): takes `slots` of `quota` in the
     /// current window if `count + slots <= ceiling`, or unconditionally when
     /// `spend_regardless` (observe mode keeps `count` honest).
     #[tracing::instrument(skip(self), err)]

@@ -35,7 +35,7 @@ impl Store {
     }
 }
 
-/// One conditional upsert (DESIGN §3.2, §8): takes `least(k, what is left)`
+/// One conditional upsert (design.md §3.2, §8): takes `least(k, what is left)`
 /// of `quota`'s current window. The caller guards `ceiling < 1`.
 pub async fn take_slots<'e>(
     db: impl PgExecutor<'e>,
