@@ -21,18 +21,23 @@ async fn seed(pool: &PgPool) {
     create_flow(pool, "ppf", 100, "ack", "count").await;
 }
 
-#[sqlx::test]
-async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: PgPool) {
-    seed(&pool).await;
+/// The app on a pool that reaches the store through a proxy the test can cut.
+async fn behind_a_proxy(pool: &PgPool) -> (StoreProxy, TestApp) {
     let proxy = StoreProxy::start(postgres_host_port()).await;
-    let url = database_url(&pool, &proxy.addr.to_string()).await;
+    let url = database_url(pool, &proxy.addr.to_string()).await;
     let config = test_config();
     let proxied = PgPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(config.store_timeout)
         .connect_lazy(&url)
         .unwrap();
-    let app = TestApp::spawn_with(proxied, config).await;
+    (proxy, TestApp::spawn_with(proxied, config).await)
+}
+
+#[sqlx::test]
+async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: PgPool) {
+    seed(&pool).await;
+    let (proxy, app) = behind_a_proxy(&pool).await;
     assert_eq!(
         app.reserve(json!({"flow": "invoice"})).await.outcome,
         Outcome::Granted
@@ -313,15 +318,7 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
 #[sqlx::test]
 async fn every_endpoint_that_needs_the_store_answers_503_in_an_outage(pool: PgPool) {
     seed(&pool).await;
-    let proxy = StoreProxy::start(postgres_host_port()).await;
-    let url = database_url(&pool, &proxy.addr.to_string()).await;
-    let config = test_config();
-    let proxied = PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(config.store_timeout)
-        .connect_lazy(&url)
-        .unwrap();
-    let app = TestApp::spawn_with(proxied, config).await;
+    let (proxy, app) = behind_a_proxy(&pool).await;
     let dashboard = app
         .client
         .get(format!("{}/", app.base))
