@@ -1,6 +1,6 @@
 -- Lease the items $1 (already locked by this transaction) to worker $2 for $3
 -- seconds, each with the outcome of its decision ($4) and the concurrency
--- slot lease it holds, if its quota has `max_in_flight` ($5, NULL otherwise).
+-- place lease it holds, if its quota has `max_in_flight` ($5, NULL otherwise).
 UPDATE work_item AS w
 SET state         = 'claimed',
     outcome       = t.outcome,
@@ -8,9 +8,9 @@ SET state         = 'claimed',
     claimed_at    = arbiter_now(),
     lease_until   = arbiter_now() + make_interval(secs => $3::float8),
     attempts      = w.attempts + 1,
-    slot_lease_id = t.slot_lease_id,
+    place_lease_id = t.place_lease_id,
     not_before    = NULL
-FROM unnest($1::bigint[], $4::text[], $5::bigint[]) AS t (id, outcome, slot_lease_id)
+FROM unnest($1::bigint[], $4::text[], $5::bigint[]) AS t (id, outcome, place_lease_id)
 WHERE w.id = t.id
 RETURNING w.id, w.flow, w.ref AS reference, w.deadline, w.priority, w.payload, w.state, w.outcome,
           w.attempts, w.claimed_by, w.enqueued_at, w.claimed_at, w.lease_until, w.done_at,

@@ -2,14 +2,14 @@
 -- pending, its slot staying spent). Only the holder of the claim may finish
 -- it, and only while nobody else has claimed it since. Finishing an item
 -- already emitted by the same worker is a no-op that returns it. A release
--- drops what only the claim held (holder, lease, concurrency slot lease) and
+-- drops what only the claim held (holder, lease, in-flight place lease) and
 -- sets when the item may be claimed again, by the database clock: at $5, or
 -- $4 seconds from now, or else after the default backoff of $6 seconds
 -- doubled for every claim after the first, at most $7 seconds; never before
--- now, never more than $8 seconds ahead. Also answers the concurrency slot
+-- now, never more than $8 seconds ahead. Also answers the in-flight place
 -- lease the claim held, for the caller to free.
 WITH held AS (
-    SELECT id, slot_lease_id FROM work_item WHERE id = $1 FOR UPDATE
+    SELECT id, place_lease_id FROM work_item WHERE id = $1 FOR UPDATE
 ), finished AS (
     UPDATE work_item AS w
     SET state         = CASE WHEN $3::boolean THEN 'done' ELSE 'pending' END,
@@ -17,7 +17,7 @@ WITH held AS (
         claimed_by    = CASE WHEN $3::boolean THEN w.claimed_by END,
         claimed_at    = CASE WHEN $3::boolean THEN w.claimed_at END,
         lease_until   = NULL,
-        slot_lease_id = NULL,
+        place_lease_id = NULL,
         not_before    = CASE WHEN NOT $3::boolean THEN
             arbiter_now() + make_interval(secs => least($8::float8, greatest(0::float8, coalesce(
                 extract(epoch FROM $5::timestamptz - arbiter_now())::float8,
@@ -29,9 +29,9 @@ WITH held AS (
       AND (w.state = 'claimed' OR (w.state = 'done' AND $3::boolean))
     RETURNING w.id, w.flow, w.ref AS reference, w.deadline, w.priority, w.payload, w.state,
               w.outcome, w.attempts, w.claimed_by, w.enqueued_at, w.claimed_at, w.lease_until,
-              w.done_at, w.not_before, h.slot_lease_id
+              w.done_at, w.not_before, h.place_lease_id
 )
 SELECT id AS "id!", flow AS "flow!", reference, deadline, priority AS "priority!",
        payload AS "payload!", state AS "state!", outcome, attempts AS "attempts!", claimed_by,
-       enqueued_at AS "enqueued_at!", claimed_at, lease_until, done_at, not_before, slot_lease_id
+       enqueued_at AS "enqueued_at!", claimed_at, lease_until, done_at, not_before, place_lease_id
 FROM finished

@@ -144,7 +144,7 @@ impl Arbiter {
 
     /// Enforced decisions on a budget (with or without headroom) are
     /// coalesced with concurrent ones for the same quota; cadence and
-    /// concurrency slots go alone.
+    /// in-flight places go alone.
     async fn reserve_enforced(
         &self,
         rule: &Rule,
@@ -163,7 +163,7 @@ impl Arbiter {
         .await
     }
 
-    /// Cadence and concurrency slots: a statement for this request alone. A
+    /// Cadence and in-flight places: a statement for this request alone. A
     /// grant it makes after the caller got a 503 is undone.
     async fn reserve_alone(
         &self,
@@ -213,8 +213,8 @@ impl Arbiter {
         match joined.unwrap_or_else(|crashed| Err(sqlx::Error::Protocol(crashed.to_string()))) {
             Ok(reservation) => {
                 self.metrics
-                    .observe_reserve(started.elapsed().as_secs_f64());
-                self.clock.observe(reservation.clock);
+                    .record_reserve_seconds(started.elapsed().as_secs_f64());
+                self.clock.note(reservation.clock);
                 Ok(Ok(reservation))
             }
             Err(error) => {
@@ -233,8 +233,8 @@ impl Arbiter {
         let started = Instant::now();
         let reservation = self.bounded(call, "reserve").await?;
         self.metrics
-            .observe_reserve(started.elapsed().as_secs_f64());
-        self.clock.observe(reservation.clock);
+            .record_reserve_seconds(started.elapsed().as_secs_f64());
+        self.clock.note(reservation.clock);
         Ok(reservation)
     }
 

@@ -128,7 +128,7 @@ pub struct Cadence {
 }
 
 impl QuotaRule {
-    /// Cadence, concurrency slots or headroom: decisions that cannot be
+    /// Cadence, in-flight places or headroom: decisions that cannot be
     /// shared out of one take-up-to-k statement.
     pub fn has_limits_beyond_budget(&self) -> bool {
         self.cadence.is_some()

@@ -22,7 +22,7 @@ pub struct DbClock {
 }
 
 impl DbClock {
-    pub fn observe(&self, reading: ClockReading) {
+    pub fn note(&self, reading: ClockReading) {
         *self.last.write().unwrap_or_else(|p| p.into_inner()) = Some((reading, Instant::now()));
     }
 

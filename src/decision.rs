@@ -43,7 +43,7 @@ pub enum Limit {
     Budget,
     /// The token bucket is short: retry when the tokens have refilled.
     Cadence,
-    /// Every concurrency slot is leased: retry when the first lease expires.
+    /// Every in-flight place is leased: retry when the first lease expires.
     InFlight,
 }
 

@@ -258,7 +258,7 @@ impl Metrics {
         self.decisions.get_or_create(&labels).inc();
     }
 
-    pub fn observe_reserve(&self, seconds: f64) {
+    pub fn record_reserve_seconds(&self, seconds: f64) {
         self.reserve_seconds.observe(seconds);
     }
 

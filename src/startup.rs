@@ -180,7 +180,7 @@ async fn sync_loop(store: Store, catalog: Catalog, clock: DbClock) {
     loop {
         tick.tick().await;
         let synced = async {
-            clock.observe(store.read_clock().await?);
+            clock.note(store.read_clock().await?);
             catalog.refresh(store.pool()).await
         }
         .await;

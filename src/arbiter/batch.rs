@@ -153,8 +153,8 @@ impl Arbiter {
             )
             .await?;
         self.metrics
-            .observe_reserve(started.elapsed().as_secs_f64());
-        self.clock.observe(take.clock);
+            .record_reserve_seconds(started.elapsed().as_secs_f64());
+        self.clock.note(take.clock);
         let mut left = take.taken;
         let decisions = items
             .iter()

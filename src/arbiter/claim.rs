@@ -3,7 +3,7 @@
 //! `bypassed`, without a reservation) and the items of never-throttled flows,
 //! and finds which enforced flows have work; observed lanes are locked next.
 //! Last, each enforced quota with work, in name order (so claims never
-//! deadlock on quota rows), locks free concurrency slots if it has
+//! deadlock on quota rows), locks free in-flight places if it has
 //! `max_in_flight`, takes up to `max` slots, which holds its window row until
 //! commit, and only then locks that many of its most urgent items: claims of
 //! one quota follow the queue order exactly. They also queue on that row, so
@@ -29,7 +29,7 @@ use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::store::slots::{give_back_slots, take_slots};
 use crate::store::work::{
-    first_look, lease, lease_slots, lock_candidates, lock_free_slots, Candidate, Lane, SlotLease,
+    first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, Lane, PlaceLease,
 };
 use crate::store::{first_lease_expiry, take_paced, Refusal, Take, WorkItem};
 
@@ -150,15 +150,15 @@ impl Kind {
 struct LaneTake {
     quota: String,
     take: Take,
-    /// Quotas with `max_in_flight`: the free concurrency slots locked for it.
-    free_slots: Vec<i32>,
+    /// Quotas with `max_in_flight`: the free in-flight places locked for it.
+    free_places: Vec<i32>,
 }
 
 struct Leased {
     items: Vec<(WorkItem, Kind)>,
     takes: Vec<LaneTake>,
-    /// Concurrency slot leases of the leased items, by item id.
-    slot_leases: HashMap<i64, SlotLease>,
+    /// In-flight place leases of the leased items, by item id.
+    place_leases: HashMap<i64, PlaceLease>,
     /// Of the lanes that had work but took nothing, the limit that lifts first.
     lifts_first: Option<Refusal>,
 }
@@ -204,9 +204,9 @@ impl Arbiter {
                 (Kind::Enforced(take), Some(rule)) => {
                     let mut decision = with_rule(rule);
                     decision.window_start = Some(leased.takes[take].take.clock.window_start);
-                    if let Some(slot) = leased.slot_leases.get(&item.id) {
-                        decision.lease_id = Some(slot.lease_id);
-                        decision.valid_until = Some(slot.valid_until);
+                    if let Some(place) = leased.place_leases.get(&item.id) {
+                        decision.lease_id = Some(place.lease_id);
+                        decision.valid_until = Some(place.valid_until);
                     }
                     self.settle(decision, had_deadline, true)
                 }
@@ -304,15 +304,15 @@ impl Arbiter {
         }
         waiting.sort_by_key(|(c, _)| c.rank());
         waiting.truncate(remaining.max(0) as usize);
-        let slot_leases = settle_takes(&mut tx, &takes, &waiting).await?;
+        let place_leases = settle_takes(&mut tx, &takes, &waiting).await?;
         chosen.extend(waiting);
         let (worker, lease_seconds) = (&request.worker, request.lease.as_secs_f64());
-        let items = lease_chosen(&mut tx, chosen, &slot_leases, worker, lease_seconds).await?;
+        let items = lease_chosen(&mut tx, chosen, &place_leases, worker, lease_seconds).await?;
         tx.commit().await?;
         Ok(Leased {
             items,
             takes,
-            slot_leases,
+            place_leases,
             lifts_first,
         })
     }
@@ -406,7 +406,7 @@ impl Arbiter {
 }
 
 /// Takes up to `want` slots for one enforced quota's lane (no more than its
-/// free concurrency slots, locked first: the lock order of a single
+/// free in-flight places, locked first: the lock order of a single
 /// reservation). Also answers what stopped it if nothing was taken.
 async fn take_for_lane(
     tx: &mut PgConnection,
@@ -415,12 +415,12 @@ async fn take_for_lane(
     ceiling: i64,
 ) -> Result<(Option<LaneTake>, Option<Refusal>), sqlx::Error> {
     let name = &quota.name;
-    let free_slots = match quota.max_in_flight {
-        Some(_) => lock_free_slots(&mut *tx, name, want).await?,
+    let free_places = match quota.max_in_flight {
+        Some(_) => lock_free_places(&mut *tx, name, want).await?,
         None => Vec::new(),
     };
     let want = match quota.max_in_flight {
-        Some(_) => free_slots.len() as i64,
+        Some(_) => free_places.len() as i64,
         None => want,
     };
     if want == 0 {
@@ -444,17 +444,17 @@ async fn take_for_lane(
     let took = LaneTake {
         quota: name.clone(),
         take,
-        free_slots,
+        free_places,
     };
     Ok((Some(took), stopped_by))
 }
 
 /// Leases the chosen items to `worker`, each with its decision's outcome and
-/// its concurrency slot lease; in the order they were chosen.
+/// its in-flight place lease; in the order they were chosen.
 async fn lease_chosen(
     tx: &mut PgConnection,
     chosen: Vec<(Candidate, Kind)>,
-    slot_leases: &HashMap<i64, SlotLease>,
+    place_leases: &HashMap<i64, PlaceLease>,
     worker: &str,
     lease_seconds: f64,
 ) -> Result<Vec<(WorkItem, Kind)>, sqlx::Error> {
@@ -466,15 +466,15 @@ async fn lease_chosen(
         .iter()
         .map(|(_, k)| k.outcome().as_str().to_string())
         .collect();
-    let slot_lease_ids: Vec<Option<i64>> = ids
+    let place_lease_ids: Vec<Option<i64>> = ids
         .iter()
-        .map(|id| slot_leases.get(id).map(|l| l.lease_id))
+        .map(|id| place_leases.get(id).map(|l| l.lease_id))
         .collect();
     let leased = lease(
         &mut *tx,
         &ids,
         &outcomes,
-        &slot_lease_ids,
+        &place_lease_ids,
         worker,
         lease_seconds,
     );
@@ -490,13 +490,13 @@ async fn lease_chosen(
 }
 
 /// Once the best candidates are chosen: each lane gives back the slots none
-/// of its items use and leases a concurrency slot to each item that has one.
+/// of its items use and leases an in-flight place to each item that has one.
 async fn settle_takes(
     tx: &mut PgConnection,
     takes: &[LaneTake],
     chosen: &[(Candidate, Kind)],
-) -> Result<HashMap<i64, SlotLease>, sqlx::Error> {
-    let mut slot_leases = HashMap::new();
+) -> Result<HashMap<i64, PlaceLease>, sqlx::Error> {
+    let mut place_leases = HashMap::new();
     for (index, lane) in takes.iter().enumerate() {
         let used: Vec<&Candidate> = chosen
             .iter()
@@ -508,19 +508,19 @@ async fn settle_takes(
             let window = lane.take.clock.window_start;
             give_back_slots(&mut *tx, &lane.quota, window, unused).await?;
         }
-        if lane.free_slots.is_empty() || used.is_empty() {
+        if lane.free_places.is_empty() || used.is_empty() {
             continue;
         }
         let flows: Vec<String> = used.iter().map(|c| c.flow.clone()).collect();
-        let slots = &lane.free_slots[..used.len()];
-        let leases = lease_slots(&mut *tx, &lane.quota, slots, &flows).await?;
-        for (candidate, slot) in used.iter().zip(slots) {
-            if let Some(lease) = leases.iter().find(|l| l.slot == *slot) {
-                slot_leases.insert(candidate.id, *lease);
+        let places = &lane.free_places[..used.len()];
+        let leases = lease_places(&mut *tx, &lane.quota, places, &flows).await?;
+        for (candidate, place) in used.iter().zip(places) {
+            if let Some(lease) = leases.iter().find(|l| l.place == *place) {
+                place_leases.insert(candidate.id, *lease);
             }
         }
     }
-    Ok(slot_leases)
+    Ok(place_leases)
 }
 
 /// The refusal that lifts first.

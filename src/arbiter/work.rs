@@ -23,11 +23,11 @@ impl Arbiter {
         finish: Finish,
     ) -> Result<Option<WorkItem>, StoreUnavailable> {
         let finished = self.store.finish_work(id, worker, finish);
-        let Some((item, slot_lease)) = self.bounded(finished, "finish_work").await? else {
+        let Some((item, place_lease)) = self.bounded(finished, "finish_work").await? else {
             return Ok(None);
         };
-        if let Some(lease_id) = slot_lease {
-            // The emission is over: its concurrency slot is free again (and
+        if let Some(lease_id) = place_lease {
+            // The emission is over: its in-flight place is free again (and
             // the hold time feeds the flow's average, as a report would).
             self.bounded(self.store.release_lease(lease_id, None), "release_lease")
                 .await?;

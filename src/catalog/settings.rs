@@ -119,7 +119,7 @@ pub struct QuotaLimits {
     pub burst: Option<f64>,
     /// Shrink the cadence on upstream errors (default true).
     pub adaptive: Option<bool>,
-    /// Concurrency slots; a grant holds a lease on one.
+    /// In-flight places; a grant holds a lease on one.
     #[schema(minimum = 1, maximum = 10000)]
     pub max_in_flight: Option<i32>,
     /// Headroom: percent of the ceiling open to priority-2 flows.

@@ -45,7 +45,7 @@ pub struct FeedbackBody {
     /// How long the emission took; with `lease_id`, this feeds the flow's
     /// average hold time (else the time the lease was held does).
     pub duration_ms: Option<u64>,
-    /// The lease of the grant, to free its concurrency slot.
+    /// The lease of the grant, to free its in-flight place.
     pub lease_id: Option<i64>,
 }
 

@@ -44,7 +44,7 @@ impl Store {
             return reserve_once(self.pool(), spec).await;
         }
         let mut tx = self.pool().begin().await?;
-        let lease = sqlx::query_file!("sql/take_slot.sql", spec.quota.name, spec.flow)
+        let lease = sqlx::query_file!("sql/lease_place.sql", spec.quota.name, spec.flow)
             .fetch_optional(&mut *tx)
             .await?;
         let Some(lease) = lease else {
@@ -74,7 +74,7 @@ impl Store {
         Ok(reservation)
     }
 
-    /// Frees a lease's slot and feeds its hold time into the flow's average.
+    /// Frees a lease's place and feeds its hold time into the flow's average.
     /// `None` when the lease is unknown or already expired and taken again.
     /// `held_seconds`: how long the emission took, as the worker measured it;
     /// `None`: the time since the lease was taken.
@@ -275,13 +275,13 @@ pub async fn take_paced(
     }
 }
 
-/// When the first lease of `quota` expires: the earliest a full slot table can
+/// When the first lease of `quota` expires: the earliest a full set of in-flight places can
 /// have room again (a report may free one sooner).
 pub async fn first_lease_expiry<'e>(
     db: impl sqlx::PgExecutor<'e>,
     quota: &str,
 ) -> Result<(ClockReading, DateTime<Utc>), sqlx::Error> {
-    let row = sqlx::query_file!("sql/slot_retry_at.sql", quota)
+    let row = sqlx::query_file!("sql/place_retry_at.sql", quota)
         .fetch_one(db)
         .await?;
     let clock = clock_reading!(row);

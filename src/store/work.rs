@@ -189,7 +189,7 @@ impl Store {
 
     /// Marks the item emitted or releases it back to pending (claimable
     /// again after its retry delay); `None` when `worker` does not hold its
-    /// claim. With the item comes the concurrency slot lease its claim held,
+    /// claim. With the item comes the in-flight place lease its claim held,
     /// which the caller frees.
     pub async fn finish_work(
         &self,
@@ -215,7 +215,7 @@ impl Store {
         )
         .fetch_optional(self.pool())
         .await?;
-        Ok(row.map(|r| (work_item!(r), r.slot_lease_id)))
+        Ok(row.map(|r| (work_item!(r), r.place_lease_id)))
     }
 
     /// Deletes up to `batch` items done longer than `retention` ago; how many.
@@ -310,12 +310,12 @@ pub async fn first_look(
 }
 
 /// Leases the locked items `ids` to `worker`, each with its outcome and the
-/// concurrency slot lease it holds (if any).
+/// in-flight place lease it holds (if any).
 pub async fn lease<'e>(
     db: impl PgExecutor<'e>,
     ids: &[i64],
     outcomes: &[String],
-    slot_leases: &[Option<i64>],
+    place_leases: &[Option<i64>],
     worker: &str,
     lease_seconds: f64,
 ) -> Result<Vec<WorkItem>, sqlx::Error> {
@@ -326,39 +326,45 @@ pub async fn lease<'e>(
         worker,
         lease_seconds,
         outcomes,
-        slot_leases as &[Option<i64>]
+        place_leases as &[Option<i64>]
     )
     .fetch_all(db)
     .await
 }
 
-/// Locks up to `n` free concurrency slots of `quota` for a claim.
-pub async fn lock_free_slots(
+/// Locks up to `n` free in-flight places of `quota` for a claim.
+pub async fn lock_free_places(
     db: &mut PgConnection,
     quota: &str,
     n: i64,
 ) -> Result<Vec<i32>, sqlx::Error> {
-    sqlx::query_file_scalar!("sql/claim_free_slots.sql", quota, n)
+    sqlx::query_file_scalar!("sql/claim_free_places.sql", quota, n)
         .fetch_all(db)
         .await
 }
 
-/// A concurrency slot leased to a claimed item.
+/// An in-flight place leased to a claimed item.
 #[derive(Clone, Copy, Debug)]
-pub struct SlotLease {
-    pub slot: i32,
+pub struct PlaceLease {
+    pub place: i32,
     pub lease_id: i64,
     pub valid_until: DateTime<Utc>,
 }
 
-/// Leases the locked `slots` of `quota`, one to each of `flows`.
-pub async fn lease_slots(
+/// Leases the locked `places` of `quota`, one to each of `flows`.
+pub async fn lease_places(
     db: &mut PgConnection,
     quota: &str,
-    slots: &[i32],
+    places: &[i32],
     flows: &[String],
-) -> Result<Vec<SlotLease>, sqlx::Error> {
-    sqlx::query_file_as!(SlotLease, "sql/claim_lease_slots.sql", quota, slots, flows)
-        .fetch_all(db)
-        .await
+) -> Result<Vec<PlaceLease>, sqlx::Error> {
+    sqlx::query_file_as!(
+        PlaceLease,
+        "sql/claim_lease_places.sql",
+        quota,
+        places,
+        flows
+    )
+    .fetch_all(db)
+    .await
 }

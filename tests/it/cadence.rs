@@ -222,7 +222,7 @@ async fn quota_row(app: &TestApp) -> Value {
 }
 
 #[sqlx::test]
-async fn expired_leases_free_their_slot_and_reports_free_it_sooner(pool: PgPool) {
+async fn expired_leases_free_their_place_and_reports_free_it_sooner(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 1").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -250,14 +250,14 @@ async fn expired_leases_free_their_slot_and_reports_free_it_sooner(pool: PgPool)
     );
 
     // A crashed worker never reports: its lease expires by itself.
-    sqlx::query("UPDATE quota_slot SET valid_until = arbiter_now() - interval '1 second' WHERE lease_id = $1")
+    sqlx::query("UPDATE quota_place SET valid_until = arbiter_now() - interval '1 second' WHERE lease_id = $1")
         .bind(lease_id)
         .execute(&pool)
         .await
         .unwrap();
     let next = app.reserve(json!({"flow": "invoice"})).await;
     assert_eq!(next.outcome, Outcome::Granted);
-    // The stale lease can no longer free the slot someone else holds now.
+    // The stale lease can no longer free the place someone else holds now.
     let stale = app
         .post_json(
             "/v1/report",

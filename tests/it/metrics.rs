@@ -142,7 +142,7 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
     observed.would_defer = true;
     metrics.record_decision(&observed, true);
     metrics.record_decision(&Decision::new(Outcome::Unthrottled, "nobody"), false);
-    metrics.observe_reserve(0.003);
+    metrics.record_reserve_seconds(0.003);
     metrics.store_error("reserve");
     let pool = sqlx::postgres::PgPoolOptions::new()
         .connect_lazy("postgres://nobody@127.0.0.1:1/none")

@@ -290,7 +290,7 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
     tx.rollback().await.unwrap();
 
     // The statement went through once the lock was gone; nobody emits on it:
-    // its slot goes back and its lease is freed, so the only slot is free.
+    // its slot goes back and its lease is freed, so the only place is free.
     // Until the late statement commits, the window and the slot still read
     // as before it: wait for the undo's lease release (a second sample of
     // the flow's hold time), which comes after its give-back.
@@ -304,7 +304,7 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
     })
     .await;
     let leases: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()",
+        "SELECT count(*) FROM quota_place WHERE quota = 'api' AND valid_until > arbiter_now()",
     )
     .fetch_one(&pool)
     .await

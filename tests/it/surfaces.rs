@@ -317,7 +317,7 @@ async fn typos_are_refused_not_absorbed(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(response.status(), 409);
-    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM quota_slot WHERE lease_id = $1")
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM quota_place WHERE lease_id = $1")
         .bind(lease)
         .fetch_one(&pool)
         .await

@@ -418,14 +418,14 @@ async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
     enqueue_n(&app, "sync", 5).await;
 
     let first = claim(&app, json!({"worker": "w-1", "max": 5})).await;
-    assert_eq!(first.items.len(), 2, "two concurrency slots, two items");
+    assert_eq!(first.items.len(), 2, "two in-flight places, two items");
     let leases: HashSet<i64> = first
         .items
         .iter()
         .map(|c| {
             c.decision
                 .lease_id
-                .expect("a granted claim holds a slot lease")
+                .expect("a granted claim holds a place lease")
         })
         .collect();
     assert_eq!(leases.len(), 2);
@@ -442,7 +442,7 @@ async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
     let wait = full.retry_at.unwrap() - db_now(&pool).await;
     assert!(
         wait <= Duration::seconds(31),
-        "retry when the first slot lease expires, not at the next window: {wait}"
+        "retry when the first place lease expires, not at the next window: {wait}"
     );
 
     let done = post(
@@ -455,7 +455,7 @@ async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
     let next = claim(&app, json!({"worker": "w-2", "max": 5})).await;
     assert_eq!(next.items.len(), 1, "done freed exactly one slot");
     let held: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()",
+        "SELECT count(*) FROM quota_place WHERE quota = 'api' AND valid_until > arbiter_now()",
     )
     .fetch_one(&pool)
     .await
@@ -821,7 +821,7 @@ async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool
     let got = claim(&app, json!({"worker": "w-1"})).await;
     assert!(got.items[0].decision.lease_id.is_some());
     let held =
-        "SELECT count(*) FROM quota_slot WHERE quota = 'api' AND valid_until > arbiter_now()";
+        "SELECT count(*) FROM quota_place WHERE quota = 'api' AND valid_until > arbiter_now()";
     assert_eq!(count_of(&pool, held).await, 1);
 
     let released: WorkItem = release(&app, item.id, json!({"worker": "w-1", "retry_in": "0s"}))
@@ -842,7 +842,7 @@ async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool
     assert_eq!(
         count_of(&pool, held).await,
         0,
-        "its concurrency slot is free"
+        "its in-flight place is free"
     );
     assert_eq!(get_item(&app, item.id).await, released);
 
