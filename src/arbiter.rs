@@ -5,6 +5,7 @@ mod batch;
 mod claim;
 mod coalesce;
 mod observe;
+mod rationing;
 mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -128,15 +128,6 @@ pub struct Cadence {
 }
 
 impl QuotaRule {
-    /// Cadence, in-flight places or headroom: decisions that cannot be
-    /// shared out of one take-up-to-k statement.
-    pub fn has_limits_beyond_budget(&self) -> bool {
-        self.cadence.is_some()
-            || self.max_in_flight.is_some()
-            || self.priority2_share.is_some()
-            || self.priority3_share.is_some()
-    }
-
     /// Only the window's count decides (headroom included): concurrent
     /// decisions can share one take-up-to-k statement.
     pub fn decided_by_window_alone(&self) -> bool {

@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
+use super::coalesce::taken;
 use super::observe::{late_would_defers, past_ceiling};
+use super::rationing::{self, Ask, Rank};
 use super::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
@@ -24,10 +26,10 @@ struct Sorted {
     observed: BTreeMap<String, Vec<(usize, Rule)>>,
     enforced: BTreeMap<String, Vec<(usize, Rule)>>,
     /// Enforced items that a shared take would answer differently from the
-    /// single decision: quotas with limits beyond the hourly budget, flows
+    /// single decision: quotas with a cadence or in-flight places, flows
     /// enforced for a share of their refusals only.
     limited: Vec<(usize, Rule)>,
-    /// Observed items of quotas with limits beyond the hourly budget.
+    /// Observed items of quotas with a cadence or in-flight places.
     observed_alone: Vec<(usize, Rule)>,
 }
 
@@ -47,7 +49,7 @@ impl Arbiter {
         for items in sorted.enforced.values() {
             settled.extend(self.ration_enforced(requests, items).await?);
         }
-        // Quotas with cadence, in-flight slots or headroom, and flows
+        // Quotas with a cadence or in-flight places, and flows
         // enforced for a share only: item by item, in rationing order,
         // through the single decision and all its limits.
         for (i, rule) in sorted.limited {
@@ -113,7 +115,10 @@ impl Arbiter {
                 continue;
             };
             let quota = rule.quota.name.clone();
-            let alone = rule.quota.has_limits_beyond_budget();
+            // The same routing as a single reservation: the budget (headroom
+            // included) is shared out of one take; cadence and in-flight
+            // places are decided item by item.
+            let alone = !rule.quota.decided_by_window_alone();
             match rule.flow.mode {
                 Mode::Count => sorted.counted.push((i, rule)),
                 Mode::Observe if alone => sorted.observed_alone.push((i, rule)),
@@ -127,15 +132,27 @@ impl Arbiter {
         Ok(sorted)
     }
 
-    /// Items of one enforced quota, in rationing order: one take-up-to-k
-    /// statement, then first fit, each item all or nothing for its count.
+    /// Items of one enforced quota: one take-up-to-k statement, shared out in
+    /// rationing order by [`rationing::share_out`], each item all or nothing
+    /// within its flow's part of the window.
     async fn ration_enforced(
         &self,
         requests: &[SlotRequest],
         items: &[(usize, Rule)],
     ) -> Result<Vec<(usize, Decision)>, StoreUnavailable> {
         let quota = &items[0].1.quota;
-        if quota.hourly_ceiling < 1 {
+        let asks: Vec<Ask> = items
+            .iter()
+            .enumerate()
+            .map(|(k, (i, rule))| Ask {
+                slots: requests[*i].count,
+                ceiling: quota.ceiling_for(rule.flow.priority),
+                needs_place: false,
+                rank: Rank::new(requests[*i].deadline, rule.flow.priority, k as u64),
+            })
+            .collect();
+        let (wanted, ceiling, _) = rationing::to_take(&asks);
+        if ceiling < 1 {
             // The guard runs before the upsert, as in the single decision.
             let clock = self.bounded(self.store.read_clock(), "read_clock").await?;
             return Ok(items
@@ -143,34 +160,31 @@ impl Arbiter {
                 .map(|(i, rule)| (*i, budget_deferral(rule, &clock)))
                 .collect());
         }
-        let wanted: i64 = items.iter().map(|(i, _)| requests[*i].count).sum();
         let started = std::time::Instant::now();
         let take = self
             .bounded(
-                self.store
-                    .take_slots(&quota.name, wanted, quota.hourly_ceiling),
+                self.store.take_slots(&quota.name, wanted, ceiling),
                 "take_slots",
             )
             .await?;
         self.metrics
             .record_reserve_seconds(started.elapsed().as_secs_f64());
         self.clock.note(take.clock);
-        let mut left = take.taken;
+        let sharing = rationing::share_out(&asks, taken(&take));
         let decisions = items
             .iter()
-            .map(|(i, rule)| {
-                let count = requests[*i].count;
-                if count > left {
-                    return (*i, budget_deferral(rule, &take.clock));
+            .zip(sharing.refusals)
+            .map(|((i, rule), refusal)| match refusal {
+                Some(_) => (*i, budget_deferral(rule, &take.clock)),
+                None => {
+                    let mut decision = with_rule(rule);
+                    decision.window_start = Some(take.clock.window_start);
+                    (*i, decision)
                 }
-                left -= count;
-                let mut decision = with_rule(rule);
-                decision.window_start = Some(take.clock.window_start);
-                (*i, decision)
             })
             .collect();
-        if left > 0 {
-            self.give_back(&quota.name, take.clock.window_start, left)
+        if sharing.unused_slots > 0 {
+            self.give_back(&quota.name, take.clock.window_start, sharing.unused_slots)
                 .await;
         }
         Ok(decisions)
@@ -193,14 +207,19 @@ impl Arbiter {
         items: &[(usize, Rule)],
     ) -> Vec<(usize, Decision)> {
         let rule = &items[0].1;
-        let ceiling = rule.quota.hourly_ceiling;
-        let slots: Vec<i64> = items.iter().map(|(i, _)| requests[*i].count).collect();
+        let asks: Vec<Ask> = items
+            .iter()
+            .map(|(i, rule)| {
+                let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+                Ask::observed(requests[*i].count, ceiling)
+            })
+            .collect();
         let asked: Vec<(String, bool)> = items
             .iter()
             .map(|(i, rule)| (rule.flow.name.clone(), requests[*i].deadline.is_some()))
             .collect();
-        let late = || late_would_defers(rule.quota.name.clone(), asked, slots.clone(), ceiling);
-        let total = slots.iter().sum();
+        let late = || late_would_defers(rule.quota.name.clone(), asked, asks.clone());
+        let total = asks.iter().map(|a| a.slots).sum();
         let reservation = self.spend_observed(rule, total, late).await;
         let window_start = reservation
             .as_ref()
@@ -208,7 +227,7 @@ impl Arbiter {
             .or_else(|| self.clock.window_start());
         let past = reservation
             .and_then(|r| r.count_after)
-            .map(|after| past_ceiling(after, &slots, ceiling));
+            .map(|after| past_ceiling(after, &asks));
         items
             .iter()
             .enumerate()

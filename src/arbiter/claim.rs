@@ -23,6 +23,7 @@ use utoipa::ToSchema;
 
 use super::batch::with_rule;
 use super::observe::{late_would_defers, past_ceiling};
+use super::rationing::Ask;
 use super::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
@@ -330,19 +331,24 @@ impl Arbiter {
         let Some(rule) = snapshot.rule(&items[indices[0]].item.flow) else {
             return;
         };
-        let slots = vec![1; indices.len()];
         let asked: Vec<(String, bool)> = indices
             .iter()
             .map(|&i| (items[i].item.flow.clone(), items[i].item.deadline.is_some()))
             .collect();
-        let ceiling = rule.quota.hourly_ceiling;
-        let late = || late_would_defers(quota.to_string(), asked, slots.clone(), ceiling);
+        let asks: Vec<Ask> = asked
+            .iter()
+            .map(|(flow, _)| {
+                let priority = snapshot.rule(flow).map_or(1, |r| r.flow.priority);
+                Ask::observed(1, rule.quota.ceiling_for(priority))
+            })
+            .collect();
+        let late = || late_would_defers(quota.to_string(), asked, asks.clone());
         let total = indices.len() as i64;
         let reservation = self.spend_observed(&rule, total, late).await;
         let past = reservation
             .as_ref()
             .and_then(|r| r.count_after)
-            .map(|after| past_ceiling(after, &slots, ceiling));
+            .map(|after| past_ceiling(after, &asks));
         for (k, &i) in indices.iter().enumerate() {
             let decision = &mut items[i].decision;
             if let Some(reservation) = &reservation {

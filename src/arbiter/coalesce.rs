@@ -17,17 +17,13 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
+use super::rationing::{self, Ask, Rank, Taken};
 use crate::decision::Limit;
 use crate::store::slots::{give_back_slots, take_slots, Take};
 use crate::store::{Refusal, Reservation, Store};
 
-/// Rationing order: deadlines first (earliest first), then priority, then arrival.
-type Rank = (bool, Option<DateTime<Utc>>, i16, u64);
-
 struct Waiter {
-    slots: i64,
-    ceiling: i64,
-    rank: Rank,
+    ask: Ask,
     reply: oneshot::Sender<Result<Reservation, String>>,
 }
 
@@ -68,8 +64,8 @@ impl Coalescer {
         deadline: Option<DateTime<Utc>>,
         priority: i16,
     ) -> Result<Reservation, sqlx::Error> {
-        let rank = (deadline.is_none(), deadline, priority, 0);
-        self.join(quota, Mode::Enforce, slots, ceiling, rank).await
+        self.join(quota, Mode::Enforce, slots, ceiling, deadline, priority)
+            .await
     }
 
     /// Spends `slots` of `quota` regardless, together with whoever else is
@@ -80,7 +76,7 @@ impl Coalescer {
         slots: i64,
         ceiling: i64,
     ) -> Result<Reservation, sqlx::Error> {
-        self.join(quota, Mode::Observe, slots, ceiling, (true, None, 0, 0))
+        self.join(quota, Mode::Observe, slots, ceiling, None, 0)
             .await
     }
 
@@ -90,16 +86,18 @@ impl Coalescer {
         mode: Mode,
         slots: i64,
         ceiling: i64,
-        mut rank: Rank,
+        deadline: Option<DateTime<Utc>>,
+        priority: i16,
     ) -> Result<Reservation, sqlx::Error> {
         let (reply, answer) = oneshot::channel();
-        rank.3 = self.arrivals.fetch_add(1, Ordering::Relaxed);
-        let waiter = Waiter {
+        let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        let ask = Ask {
             slots,
             ceiling,
-            rank,
-            reply,
+            needs_place: false,
+            rank: Rank::new(deadline, priority, arrival),
         };
+        let waiter = Waiter { ask, reply };
         let key = (quota.to_string(), mode);
         let lead = {
             let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
@@ -147,10 +145,12 @@ impl Coalescer {
     }
 
     /// One statement spends the whole group's slots regardless; each waiter
-    /// learns the count after its own slots, in arrival order. Nothing is
-    /// given back: a caller that stopped waiting was granted all the same.
+    /// learns, in arrival order, whether enforcement would have refused it.
+    /// Nothing is given back: a caller that stopped waiting was granted all
+    /// the same.
     async fn observe_group(&self, quota: &str, group: Vec<Waiter>) {
-        let total = group.iter().map(|w| w.slots).sum();
+        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
+        let total = asks.iter().map(|a| a.slots).sum();
         let spent = self.store.reserve_slots(quota, total, 0, true).await;
         let (clock, after) = match spent {
             Ok(r) => (r.clock, r.count_after.unwrap_or(total)),
@@ -162,13 +162,14 @@ impl Coalescer {
                 return;
             }
         };
+        let flags = rationing::would_defer(&asks, after - total);
         let mut count = after - total;
-        for waiter in group {
-            count += waiter.slots;
+        for (waiter, would_defer) in group.into_iter().zip(flags) {
+            count += waiter.ask.slots;
             let _ = waiter.reply.send(Ok(Reservation {
                 clock,
                 count_after: Some(count),
-                refusal: (count > waiter.ceiling).then_some(Refusal {
+                refusal: would_defer.then_some(Refusal {
                     limit: Limit::Budget,
                     retry_at: clock.window_end,
                 }),
@@ -179,17 +180,15 @@ impl Coalescer {
 
     async fn decide(&self, quota: &str, mut group: Vec<Waiter>) {
         if group.len() == 1 {
-            // Alone: the all-or-nothing upsert, nothing to give back.
+            // Alone: the all-or-nothing upsert, nothing to share or give back.
             let waiter = group.remove(0);
+            let Ask { slots, ceiling, .. } = waiter.ask;
             let reserved = self
                 .store
-                .reserve_slots(quota, waiter.slots, waiter.ceiling, false)
+                .reserve_slots(quota, slots, ceiling, false)
                 .await
                 .map(|r| Reservation {
-                    refusal: r.count_after.is_none().then_some(Refusal {
-                        limit: Limit::Budget,
-                        retry_at: r.clock.window_end,
-                    }),
+                    refusal: r.count_after.is_none().then_some(budget_refusal(&r.clock)),
                     ..r
                 })
                 .map_err(|e| e.to_string());
@@ -199,14 +198,12 @@ impl Coalescer {
             };
             if let (Err(_), Some(window)) = (waiter.reply.send(reserved), granted) {
                 // The caller stopped waiting (a 503): nobody emits.
-                self.give_back(quota, window, waiter.slots).await;
+                self.give_back(quota, window, slots).await;
             }
             return;
         }
-        let wanted = group.iter().map(|w| w.slots).sum();
-        // Each waiter's ceiling is its flow's part of the window (headroom):
-        // the take reaches the highest, nobody is granted past their own.
-        let ceiling = group.iter().map(|w| w.ceiling).max().unwrap_or(0);
+        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
+        let (wanted, ceiling, _) = rationing::to_take(&asks);
         let take = match take_slots(self.store.pool(), quota, wanted, ceiling).await {
             Ok(take) => take,
             Err(error) => {
@@ -217,32 +214,19 @@ impl Coalescer {
                 return;
             }
         };
-        group.sort_by_key(|w| w.rank);
-        let mut left = take.taken;
-        let mut count = take.count_after.map_or(0, |after| after - take.taken);
-        let shares: Vec<(Waiter, bool)> = group
-            .into_iter()
-            .map(|waiter| {
-                let granted = waiter.slots <= left && count + waiter.slots <= waiter.ceiling;
-                if granted {
-                    left -= waiter.slots;
-                    count += waiter.slots;
-                }
-                (waiter, granted)
-            })
-            .collect();
+        let sharing = rationing::share_out(&asks, taken(&take));
         // Unused slots go back before anyone hears a refusal, so the window
         // never shows them as spent to a caller who asks next.
-        self.give_back(quota, take.clock.window_start, left).await;
+        let window = take.clock.window_start;
+        self.give_back(quota, window, sharing.unused_slots).await;
         let mut abandoned = 0;
-        for (waiter, granted) in shares {
-            let answered = waiter.reply.send(Ok(reservation(&take, granted)));
-            if granted && answered.is_err() {
-                abandoned += waiter.slots; // the caller stopped waiting: nobody emits
+        for (waiter, refusal) in group.into_iter().zip(sharing.refusals) {
+            let answered = waiter.reply.send(Ok(reservation(&take, refusal)));
+            if refusal.is_none() && answered.is_err() {
+                abandoned += waiter.ask.slots; // the caller stopped waiting: nobody emits
             }
         }
-        self.give_back(quota, take.clock.window_start, abandoned)
-            .await;
+        self.give_back(quota, window, abandoned).await;
     }
 
     async fn give_back(&self, quota: &str, window_start: DateTime<Utc>, slots: i64) {
@@ -256,14 +240,28 @@ impl Coalescer {
     }
 }
 
-fn reservation(take: &Take, granted: bool) -> Reservation {
+/// What a take-up-to-k statement took, as rationing reads it.
+pub(super) fn taken(take: &Take) -> Taken {
+    Taken {
+        count_before: take.count_after.map_or(0, |after| after - take.taken),
+        slots: take.taken,
+        slots_bound_by: Limit::Budget,
+        places: 0,
+    }
+}
+
+fn budget_refusal(clock: &crate::clock::ClockReading) -> Refusal {
+    Refusal {
+        limit: Limit::Budget,
+        retry_at: clock.window_end,
+    }
+}
+
+fn reservation(take: &Take, refusal: Option<Limit>) -> Reservation {
     Reservation {
         clock: take.clock,
-        count_after: granted.then_some(take.taken),
-        refusal: (!granted).then_some(Refusal {
-            limit: Limit::Budget,
-            retry_at: take.clock.window_end,
-        }),
+        count_after: refusal.is_none().then_some(take.taken),
+        refusal: refusal.map(|_| budget_refusal(&take.clock)),
         lease: None,
     }
 }

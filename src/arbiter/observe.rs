@@ -7,6 +7,7 @@
 
 use std::future::Future;
 
+use super::rationing::{self, Ask};
 use super::{late_outcome, Arbiter, Attempt};
 use crate::catalog::Rule;
 use crate::decision::{Decision, SlotRequest};
@@ -119,33 +120,26 @@ async fn settle_late(attempt: Attempt, ledger: Ledger, quota: String, slots: i64
     }
 }
 
-/// For requests spent together in order by one statement that left the window
-/// at `count_after`: whether each one went past `ceiling`.
-pub(super) fn past_ceiling(count_after: i64, slots: &[i64], ceiling: i64) -> Vec<bool> {
-    let mut count = count_after - slots.iter().sum::<i64>();
-    slots
-        .iter()
-        .map(|n| {
-            count += n;
-            count > ceiling
-        })
-        .collect()
+/// For asks spent together, in order, by one statement that left the window
+/// at `count_after`: whether each went past its own ceiling.
+pub(super) fn past_ceiling(count_after: i64, asks: &[Ask]) -> Vec<bool> {
+    let total: i64 = asks.iter().map(|a| a.slots).sum();
+    rationing::would_defer(asks, count_after - total)
 }
 
-/// The late tally of requests spent together: `asked` holds each one's flow
-/// and whether it carried a deadline, `slots` its count.
+/// The late tally of asks spent together: `asked` holds each one's flow and
+/// whether it carried a deadline.
 pub(super) fn late_would_defers(
     quota: String,
     asked: Vec<(String, bool)>,
-    slots: Vec<i64>,
-    ceiling: i64,
+    asks: Vec<Ask>,
 ) -> LateTally {
     Box::new(move |reservation, ledger| {
         let Some(after) = reservation.count_after else {
             return;
         };
         let window = reservation.clock.window_start;
-        let past = past_ceiling(after, &slots, ceiling);
+        let past = past_ceiling(after, &asks);
         for ((flow, had_deadline), past) in asked.iter().zip(past) {
             if past {
                 ledger.tally_late_would_defer(window, &quota, flow, *had_deadline);

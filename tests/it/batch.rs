@@ -433,3 +433,43 @@ async fn the_largest_batch_fits_and_one_byte_more_is_too_large(pool: PgPool) {
     );
     assert_eq!(post_raw(&app, "/v1/reserve", padded).await.status(), 413);
 }
+
+#[sqlx::test]
+async fn a_batch_on_a_quota_with_headroom_is_shared_out_of_one_take_within_each_flows_share(
+    pool: PgPool,
+) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 10, "sync", "enforce").await;
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    set_limits(&pool, "ppf", "priority3_share = 50").await;
+    sqlx::query("UPDATE flow SET priority = CASE name WHEN 'sync' THEN 3 ELSE 1 END")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    // Priority 1 goes first and takes 4; priority 3 may then reach 5 of 10:
+    // one more; the rest of the window stays for priority 1.
+    let items: Vec<Value> = (0..4)
+        .map(|i| json!({"flow": "sync", "ref": format!("s-{i}")}))
+        .chain((0..4).map(|i| json!({"flow": "invoice", "ref": format!("i-{i}")})))
+        .collect();
+    let decisions = batch(&app, json!(items)).await;
+    let granted = |prefix: &str| {
+        decisions
+            .iter()
+            .filter(|d| d["ref"].as_str().unwrap().starts_with(prefix))
+            .filter(|d| d["outcome"] == "granted")
+            .count()
+    };
+    assert_eq!((granted("i-"), granted("s-")), (4, 1), "{decisions:?}");
+    let refused = decisions
+        .iter()
+        .find(|d| d["outcome"] == "deferred")
+        .unwrap();
+    assert_eq!(refused["limit"], "budget");
+    assert_eq!(
+        current_count(&pool, "ppf").await,
+        5,
+        "slots no item could use went back"
+    );
+}

@@ -1,0 +1,378 @@
+//! Rationing: who gets what when one statement took slots for several
+//! requests of one quota. No I/O: the coalescer, batches and claims hand it
+//! the waiting requests and what their statement took, and get back each
+//! request's share, what refused the others, and what to give back.
+//! See design.md §2 (rationing) and §8 (coalescing).
+
+use chrono::{DateTime, Utc};
+
+use crate::decision::Limit;
+
+/// Rationing order, compared as a tuple: work with a deadline first (earliest
+/// first), then flow priority (1 first), then arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rank {
+    no_deadline: bool,
+    deadline: Option<DateTime<Utc>>,
+    priority: i16,
+    arrival: u64,
+}
+
+impl Rank {
+    pub fn new(deadline: Option<DateTime<Utc>>, priority: i16, arrival: u64) -> Self {
+        Self {
+            no_deadline: deadline.is_none(),
+            deadline,
+            priority,
+            arrival,
+        }
+    }
+}
+
+/// One waiting request of a quota.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ask {
+    /// Budget slots, all or nothing (and as many cadence tokens).
+    pub slots: i64,
+    /// The count this request's flow may reach: the quota's ceiling, or its
+    /// priority's share of it when the quota reserves headroom.
+    pub ceiling: i64,
+    /// Whether a grant holds one of the quota's in-flight places.
+    pub needs_place: bool,
+    pub rank: Rank,
+}
+
+impl Ask {
+    /// An observed request: spent regardless, so its rank does not matter.
+    pub fn observed(slots: i64, ceiling: i64) -> Self {
+        Self {
+            slots,
+            ceiling,
+            needs_place: false,
+            rank: Rank::new(None, 0, 0),
+        }
+    }
+}
+
+/// What the statement took for the group.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Taken {
+    /// The window's count before the take.
+    pub count_before: i64,
+    /// Budget slots taken (and as many cadence tokens, on a cadence quota).
+    pub slots: i64,
+    /// Which limit stopped the take short of what was asked: the budget, or
+    /// the cadence's tokens.
+    pub slots_bound_by: Limit,
+    /// In-flight places leased (0 on a quota without `max_in_flight`).
+    pub places: i64,
+}
+
+/// Who gets what, in the order the asks were given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sharing {
+    /// `None`: granted; `Some(limit)`: refused by that limit.
+    pub refusals: Vec<Option<Limit>>,
+    /// Granted asks that hold a place, in the order the asks were given:
+    /// the k-th of them gets the k-th place taken.
+    pub place_holders: Vec<usize>,
+    /// Slots (and tokens) taken that no grant uses: to be given back.
+    pub unused_slots: i64,
+    /// Places taken that no grant holds: to be freed.
+    pub unused_places: i64,
+}
+
+/// Shares what was taken among `asks` in rationing order, first fit: each ask
+/// all or nothing, within its own ceiling; an ask that does not fit is passed
+/// over and a later, smaller one may still fit.
+pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
+    let mut order: Vec<usize> = (0..asks.len()).collect();
+    order.sort_by_key(|&i| asks[i].rank);
+    let (mut slots_left, mut places_left) = (taken.slots, taken.places);
+    let mut count = taken.count_before;
+    let mut refusals = vec![None; asks.len()];
+    let mut granted_places = Vec::new();
+    for i in order {
+        let ask = &asks[i];
+        let refusal = if ask.needs_place && places_left < 1 {
+            Some(Limit::InFlight)
+        } else if count + ask.slots > ask.ceiling {
+            Some(Limit::Budget)
+        } else if ask.slots > slots_left {
+            Some(taken.slots_bound_by)
+        } else {
+            None
+        };
+        match refusal {
+            Some(limit) => refusals[i] = Some(limit),
+            None => {
+                slots_left -= ask.slots;
+                count += ask.slots;
+                if ask.needs_place {
+                    places_left -= 1;
+                    granted_places.push(i);
+                }
+            }
+        }
+    }
+    granted_places.sort_unstable();
+    Sharing {
+        refusals,
+        place_holders: granted_places,
+        unused_slots: slots_left,
+        unused_places: places_left,
+    }
+}
+
+/// What one statement should take for a group: every slot asked, up to the
+/// highest ceiling among them (nobody is granted past their own), and a place
+/// for each ask that needs one.
+pub fn to_take(asks: &[Ask]) -> (i64, i64, i64) {
+    let slots = asks.iter().map(|a| a.slots).sum();
+    let ceiling = asks.iter().map(|a| a.ceiling).max().unwrap_or(0);
+    let places = asks.iter().filter(|a| a.needs_place).count() as i64;
+    (slots, ceiling, places)
+}
+
+/// Observe mode: every ask is spent, in the order given, from `count_before`
+/// on; each learns whether enforcement would have refused it (past its own
+/// ceiling). Observe mode never refuses.
+pub fn would_defer(asks: &[Ask], count_before: i64) -> Vec<bool> {
+    let mut count = count_before;
+    asks.iter()
+        .map(|ask| {
+            count += ask.slots;
+            count > ask.ceiling
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn ask(slots: i64, ceiling: i64, arrival: u64) -> Ask {
+        Ask {
+            slots,
+            ceiling,
+            needs_place: false,
+            rank: Rank::new(None, 2, arrival),
+        }
+    }
+
+    fn taken(count_before: i64, slots: i64) -> Taken {
+        Taken {
+            count_before,
+            slots,
+            slots_bound_by: Limit::Budget,
+            places: 0,
+        }
+    }
+
+    #[test]
+    fn first_fit_in_rationing_order_each_all_or_nothing() {
+        let deadline = Utc::now();
+        let asks = [
+            ask(2, 10, 0),
+            Ask {
+                rank: Rank::new(Some(deadline), 3, 1),
+                ..ask(1, 10, 1)
+            },
+            ask(2, 10, 2),
+            ask(1, 10, 3),
+        ];
+        // Three slots: the deadline goes first, then the first 2; nothing is
+        // left for the rest.
+        let sharing = share_out(&asks, taken(7, 3));
+        assert_eq!(
+            sharing.refusals,
+            [None, None, Some(Limit::Budget), Some(Limit::Budget)]
+        );
+        assert_eq!(sharing.unused_slots, 0);
+        // Four slots: the second 2 does not fit (1 left), the last 1 does.
+        let sharing = share_out(&asks, taken(6, 4));
+        assert_eq!(sharing.refusals, [None, None, Some(Limit::Budget), None]);
+        assert_eq!(sharing.unused_slots, 0);
+    }
+
+    #[test]
+    fn headroom_stops_a_lower_priority_at_its_share() {
+        // Priority 3 may reach 8 of 10, priority 1 all 10.
+        let asks = [ask(1, 8, 0), ask(1, 10, 1)];
+        let sharing = share_out(&asks, taken(8, 2));
+        assert_eq!(sharing.refusals, [Some(Limit::Budget), None]);
+        assert_eq!(sharing.unused_slots, 1, "its slot is given back");
+    }
+
+    #[test]
+    fn a_take_bound_by_tokens_refuses_by_cadence_and_places_by_in_flight() {
+        let with_place = |arrival| Ask {
+            needs_place: true,
+            ..ask(1, 100, arrival)
+        };
+        let asks = [with_place(0), with_place(1), with_place(2)];
+        let take = Taken {
+            count_before: 0,
+            slots: 2,
+            slots_bound_by: Limit::Cadence,
+            places: 1,
+        };
+        let sharing = share_out(&asks, take);
+        assert_eq!(
+            sharing.refusals,
+            [None, Some(Limit::InFlight), Some(Limit::InFlight)]
+        );
+        assert_eq!(sharing.place_holders, [0]);
+        assert_eq!((sharing.unused_slots, sharing.unused_places), (1, 0));
+        let take = Taken { places: 3, ..take };
+        let sharing = share_out(&asks, take);
+        assert_eq!(sharing.refusals, [None, None, Some(Limit::Cadence)]);
+        assert_eq!((sharing.unused_slots, sharing.unused_places), (0, 1));
+    }
+
+    #[test]
+    fn observe_mode_says_who_would_have_been_deferred() {
+        let asks = [ask(2, 10, 0), ask(1, 8, 1), ask(1, 10, 2)];
+        assert_eq!(would_defer(&asks, 7), [false, true, true]);
+        assert_eq!(to_take(&asks), (4, 10, 0));
+    }
+
+    fn arb_ask() -> impl Strategy<Value = Ask> {
+        (
+            1i64..5,
+            0i64..40,
+            any::<bool>(),
+            prop::option::of(0i64..5),
+            1i16..4,
+            0u64..1000,
+        )
+            .prop_map(
+                |(slots, ceiling, needs_place, deadline, priority, arrival)| {
+                    let deadline =
+                        deadline.map(|m| DateTime::UNIX_EPOCH + chrono::Duration::minutes(m));
+                    Ask {
+                        slots,
+                        ceiling,
+                        needs_place,
+                        rank: Rank::new(deadline, priority, arrival),
+                    }
+                },
+            )
+    }
+
+    fn arb_case() -> impl Strategy<Value = (Vec<Ask>, Taken)> {
+        (
+            prop::collection::vec(arb_ask(), 0..12),
+            0i64..30,
+            0i64..40,
+            any::<bool>(),
+            0i64..12,
+        )
+            .prop_map(|(asks, count_before, slots, by_tokens, places)| {
+                let slots_bound_by = if by_tokens {
+                    Limit::Cadence
+                } else {
+                    Limit::Budget
+                };
+                (
+                    asks,
+                    Taken {
+                        count_before,
+                        slots,
+                        slots_bound_by,
+                        places,
+                    },
+                )
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn never_more_than_taken((asks, take) in arb_case()) {
+            let sharing = share_out(&asks, take);
+            let granted: i64 = asks.iter().zip(&sharing.refusals)
+                .filter(|(_, r)| r.is_none()).map(|(a, _)| a.slots).sum();
+            prop_assert_eq!(granted + sharing.unused_slots, take.slots);
+            prop_assert!(sharing.unused_slots >= 0);
+            let holders = sharing.place_holders.len() as i64;
+            prop_assert_eq!(holders + sharing.unused_places, take.places);
+            prop_assert!(sharing.unused_places >= 0);
+        }
+
+        #[test]
+        fn nobody_is_granted_past_their_own_ceiling((asks, take) in arb_case()) {
+            let sharing = share_out(&asks, take);
+            let mut order: Vec<usize> = (0..asks.len()).collect();
+            order.sort_by_key(|&i| asks[i].rank);
+            let mut count = take.count_before;
+            for i in order {
+                if sharing.refusals[i].is_none() {
+                    count += asks[i].slots;
+                    prop_assert!(count <= asks[i].ceiling);
+                }
+            }
+        }
+
+        #[test]
+        fn a_refused_ask_did_not_fit_when_its_turn_came((asks, take) in arb_case()) {
+            let sharing = share_out(&asks, take);
+            let mut order: Vec<usize> = (0..asks.len()).collect();
+            order.sort_by_key(|&i| asks[i].rank);
+            let (mut left, mut places, mut count) = (take.slots, take.places, take.count_before);
+            for i in order {
+                let ask = &asks[i];
+                let fits = ask.slots <= left && count + ask.slots <= ask.ceiling
+                    && (!ask.needs_place || places >= 1);
+                prop_assert_eq!(sharing.refusals[i].is_none(), fits, "ask {}", i);
+                if fits {
+                    left -= ask.slots;
+                    count += ask.slots;
+                    places -= i64::from(ask.needs_place);
+                }
+            }
+        }
+
+        #[test]
+        fn grants_go_by_deadline_then_priority_then_arrival((asks, take) in arb_case()) {
+            // With equal asks, a granted one is never ranked after a refused one.
+            let uniform: Vec<Ask> = asks.iter()
+                .map(|a| Ask { slots: 1, ceiling: 1000, needs_place: false, ..*a })
+                .collect();
+            let sharing = share_out(&uniform, Taken { places: 0, ..take });
+            for (i, a) in uniform.iter().enumerate() {
+                for (j, b) in uniform.iter().enumerate() {
+                    if sharing.refusals[i].is_none() && sharing.refusals[j].is_some() {
+                        prop_assert!(a.rank < b.rank);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_refusal_names_what_was_short((asks, take) in arb_case()) {
+            let sharing = share_out(&asks, take);
+            for (ask, refusal) in asks.iter().zip(&sharing.refusals) {
+                match refusal {
+                    Some(Limit::InFlight) => prop_assert!(ask.needs_place),
+                    Some(Limit::Cadence) => prop_assert_eq!(take.slots_bound_by, Limit::Cadence),
+                    _ => {}
+                }
+            }
+        }
+
+        #[test]
+        fn observe_mode_never_refuses_and_defers_only_past_a_ceiling(
+            (asks, take) in arb_case()
+        ) {
+            let flags = would_defer(&asks, take.count_before);
+            prop_assert_eq!(flags.len(), asks.len());
+            let mut count = take.count_before;
+            for (ask, flag) in asks.iter().zip(flags) {
+                count += ask.slots;
+                prop_assert_eq!(flag, count > ask.ceiling);
+            }
+        }
+    }
+}
