@@ -203,7 +203,11 @@ impl Coalescer {
             return;
         }
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
-        let (wanted, ceiling, _) = rationing::to_take(&asks);
+        let rationing::ToTake {
+            slots: wanted,
+            ceiling,
+            ..
+        } = rationing::to_take(&asks);
         let take = match take_slots(self.store.pool(), quota, wanted, ceiling).await {
             Ok(take) => take,
             Err(error) => {
