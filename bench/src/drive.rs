@@ -1,0 +1,168 @@
+//! Concurrent callers for a fixed time, and what one arm measured.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one arm measured.
+#[derive(Clone, Debug)]
+pub struct Arm {
+    pub name: String,
+    /// Answers per second over the arm's wall-clock time.
+    pub per_second: f64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// How the answers were distributed (`granted`, `deferred in_flight`, …).
+    pub answers: Vec<(String, usize)>,
+    /// Measured through the service (the targets' p99 bound applies), not a
+    /// baseline on the database alone.
+    pub through_service: bool,
+}
+
+impl Arm {
+    /// An arm's rate with the percentiles of its latencies.
+    pub fn measured(
+        name: &str,
+        per_second: f64,
+        mut latencies: Vec<Duration>,
+        answers: Vec<(String, usize)>,
+        through_service: bool,
+    ) -> Self {
+        latencies.sort_unstable();
+        Self {
+            name: name.to_string(),
+            per_second,
+            p50_ms: percentile_ms(&latencies, 0.50),
+            p99_ms: percentile_ms(&latencies, 0.99),
+            answers,
+            through_service,
+        }
+    }
+
+    /// The answers as shares of the total: "granted 100%", or
+    /// "granted 41%, deferred in_flight 59%".
+    pub fn answer_shares(&self) -> String {
+        let total: usize = self.answers.iter().map(|(_, n)| n).sum();
+        if total == 0 {
+            return String::new();
+        }
+        self.answers
+            .iter()
+            .map(|(answer, n)| {
+                let share = 100.0 * *n as f64 / total as f64;
+                if share > 0.0 && share < 1.0 {
+                    format!("{answer} <1%")
+                } else {
+                    format!("{answer} {share:.0}%")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Which caller makes a call, and the how-manyth call of the arm it is.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub caller: usize,
+    pub n: usize,
+}
+
+/// Runs `call` from `concurrency` callers, each calling again as soon as it
+/// has its answer, for `duration`. A call answers what to count it as, or
+/// `None` to stop its caller without counting it (a drained queue).
+pub async fn for_duration<F, Fut>(
+    name: &str,
+    concurrency: usize,
+    duration: Duration,
+    call: F,
+) -> anyhow::Result<Arm>
+where
+    F: Fn(Call) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = anyhow::Result<Option<&'static str>>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let until = started + duration;
+    let callers: Vec<_> = (0..concurrency)
+        .map(|caller| {
+            let (call, next) = (call.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut answers = BTreeMap::<&'static str, usize>::new();
+                while Instant::now() < until {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let asked = Instant::now();
+                    let Some(answer) = call(Call { caller, n }).await? else {
+                        break;
+                    };
+                    latencies.push(asked.elapsed());
+                    *answers.entry(answer).or_default() += 1;
+                }
+                anyhow::Ok((latencies, answers))
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut answers = BTreeMap::<&'static str, usize>::new();
+    for caller in callers {
+        let (own_latencies, own_answers) = caller.await??;
+        latencies.extend(own_latencies);
+        for (answer, n) in own_answers {
+            *answers.entry(answer).or_default() += n;
+        }
+    }
+    // The last calls end after `until`: the rate is over the time actually spent.
+    let per_second = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    let answers = answers
+        .into_iter()
+        .map(|(answer, n)| (answer.to_string(), n))
+        .collect();
+    Ok(Arm::measured(name, per_second, latencies, answers, true))
+}
+
+/// The nearest-rank percentile `p` (0..=1) of `sorted`, in milliseconds.
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    let index = ((last as f64) * p).round() as usize;
+    Some(sorted[index].as_secs_f64() * 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn millis(values: impl IntoIterator<Item = u64>) -> Vec<Duration> {
+        values.into_iter().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn percentiles_pick_the_nearest_rank() {
+        let sorted = millis(1..=100);
+        assert_eq!(percentile_ms(&sorted, 0.50), Some(51.0));
+        assert_eq!(percentile_ms(&sorted, 0.99), Some(99.0));
+        assert_eq!(percentile_ms(&millis([7]), 0.99), Some(7.0));
+        assert_eq!(percentile_ms(&[], 0.5), None);
+    }
+
+    #[test]
+    fn latencies_are_sorted_before_percentiles() {
+        let arm = Arm::measured("x", 1.0, millis([30, 10, 20]), Vec::new(), true);
+        assert_eq!((arm.p50_ms, arm.p99_ms), (Some(20.0), Some(30.0)));
+    }
+
+    #[test]
+    fn answers_are_shown_as_shares() {
+        let answers = vec![
+            ("deferred in_flight".to_string(), 3),
+            ("granted".to_string(), 1),
+        ];
+        let arm = Arm::measured("x", 1.0, Vec::new(), answers, true);
+        assert_eq!(arm.answer_shares(), "deferred in_flight 75%, granted 25%");
+        let rare = vec![("granted".to_string(), 999), ("deferred".to_string(), 1)];
+        let arm = Arm::measured("x", 1.0, Vec::new(), rare, true);
+        assert_eq!(arm.answer_shares(), "granted 100%, deferred <1%");
+    }
+}

@@ -1,0 +1,317 @@
+//! quota-arbiter-bench: decisions per second and latency of a real
+//! `quota-arbiter serve` process, one arm per kind of quota, beside pgbench
+//! replaying the service's own statements on the same database in the same
+//! run; then the ratios the project targets, the service's resident memory,
+//! and checks that speed cost no exactness. A measuring tool, not a test: it
+//! prints what it measured and asserts nothing.
+
+mod claims;
+mod drive;
+mod exactness;
+mod pgbench;
+mod report;
+mod reserve;
+mod server;
+mod setup;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::Parser;
+use quota_arbiter::catalog::{Mode, QuotaSettings, MAX_RATE};
+use quota_arbiter::store::Store;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::pgbench::{text_literal, with_literals, Pgbench};
+use crate::report::Measured;
+use crate::server::Service;
+use crate::setup::{declare, declare_many, UNREACHABLE_CEILING};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "quota-arbiter-bench",
+    version,
+    about = "Measure a quota-arbiter service process arm by arm, beside pgbench baselines"
+)]
+struct Args {
+    /// The database the service and pgbench use: a scratch one (created and
+    /// migrated if needed; each run adds its own bench-* quotas).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// The service binary [default: quota-arbiter next to this binary].
+    #[arg(long)]
+    server: Option<PathBuf>,
+    /// The service's QUOTA_MAX_CONNECTIONS [default: the service's own default].
+    #[arg(long)]
+    server_max_connections: Option<u32>,
+    /// Concurrent callers in every arm, and pgbench clients.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// How long each arm runs (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Budget-only quotas of the many-quotas arm; each request picks one at random.
+    #[arg(long, default_value_t = 1000)]
+    quotas: usize,
+    /// Ceiling of the over-demand check and of the observed quota.
+    #[arg(long, default_value_t = 500)]
+    ceiling: i64,
+    /// Cadence check: sustained tokens per second.
+    #[arg(long, default_value_t = 100.0)]
+    cadence_rate: f64,
+    /// Cadence check: bucket size.
+    #[arg(long, default_value_t = 10.0)]
+    cadence_burst: f64,
+    /// Skip the pending-work arms (enqueue, claims) and their baseline.
+    #[arg(long)]
+    no_claims: bool,
+    /// The pgbench that runs the baselines.
+    #[arg(long, default_value = "pgbench")]
+    pgbench: PathBuf,
+    /// Skip the pgbench baselines (their ratios then read n/a).
+    #[arg(long)]
+    no_pgbench: bool,
+}
+
+/// `max_in_flight` of the in-flight arm.
+const IN_FLIGHT_PLACES: i32 = 10_000;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The names of one run's quotas and flows, all under the run's tag.
+struct Names {
+    tag: String,
+}
+
+impl Names {
+    fn of(&self, what: &str) -> String {
+        format!("{}-{what}", self.tag)
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
+    anyhow::ensure!(args.quotas > 0, "--quotas must be at least 1");
+    let binary = server::binary(args.server.clone())?;
+    server::migrate(&binary, &args.database_url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&args.database_url)
+        .await
+        .context("connecting to DATABASE_URL")?;
+    let store = Store::new(pool);
+    let synchronous_commit = sqlx::query_file_scalar!("sql/synchronous_commit.sql")
+        .fetch_one(store.pool())
+        .await?;
+
+    let names = Names {
+        tag: format!("bench-{}-{}", std::process::id(), Utc::now().timestamp()),
+    };
+    let far = QuotaSettings::sized(UNREACHABLE_CEILING);
+    let never_refusing_cadence = QuotaSettings {
+        rate: Some(MAX_RATE),
+        burst: Some(MAX_RATE),
+        adaptive: false,
+        ..far.clone()
+    };
+    let in_flight = QuotaSettings {
+        max_in_flight: Some(IN_FLIGHT_PLACES),
+        ..far.clone()
+    };
+    let paced = QuotaSettings {
+        rate: Some(args.cadence_rate),
+        burst: Some(args.cadence_burst),
+        adaptive: false,
+        ..far.clone()
+    };
+    let capped = QuotaSettings::sized(args.ceiling);
+    let (enforce, observe) = (Some(Mode::Enforce), Some(Mode::Observe));
+    declare(&store, &names.of("enforce"), &far, enforce).await?;
+    declare(&store, &names.of("observe"), &capped, observe).await?;
+    declare(
+        &store,
+        &names.of("cadence"),
+        &never_refusing_cadence,
+        enforce,
+    )
+    .await?;
+    declare(&store, &names.of("in-flight"), &in_flight, enforce).await?;
+    declare(&store, &names.of("work"), &far, enforce).await?;
+    declare(&store, &names.of("capped"), &capped, enforce).await?;
+    declare(&store, &names.of("paced"), &paced, enforce).await?;
+    declare_many(&store, &names.of("spread-"), args.quotas, &far, enforce).await?;
+    declare(&store, &names.of("pg-hot"), &far, None).await?;
+    declare(&store, &names.of("pg-claim"), &far, None).await?;
+    declare_many(&store, &names.of("pg-spread-"), args.quotas, &far, None).await?;
+
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let service = Service::start(
+        &binary,
+        &args.database_url,
+        args.server_max_connections,
+        &client,
+    )
+    .await?;
+    let base = service.base.clone();
+    let (c, d) = (args.concurrency, args.duration);
+    let one = |flow: String| move || flow.clone();
+
+    let healthz = reserve::healthz(&client, &base, c, d).await?;
+    let enforce = reserve::arm(
+        "budget only, enforce",
+        &client,
+        &base,
+        c,
+        d,
+        one(names.of("enforce")),
+    )
+    .await?;
+    let observe = reserve::arm(
+        &format!("budget only, observe (ceiling {})", args.ceiling),
+        &client,
+        &base,
+        c,
+        d,
+        one(names.of("observe")),
+    )
+    .await?;
+    let cadence = reserve::arm(
+        "with cadence (never refusing), enforce",
+        &client,
+        &base,
+        c,
+        d,
+        one(names.of("cadence")),
+    )
+    .await?;
+    let in_flight = reserve::arm(
+        &format!("max_in_flight {IN_FLIGHT_PLACES}, enforce"),
+        &client,
+        &base,
+        c,
+        d,
+        one(names.of("in-flight")),
+    )
+    .await?;
+    let spread = names.of("spread-");
+    let quotas = args.quotas;
+    let many_quotas = reserve::arm(
+        &format!("{quotas} budget-only quotas, enforce"),
+        &client,
+        &base,
+        c,
+        d,
+        move || format!("{spread}{}", fastrand::usize(1..=quotas)),
+    )
+    .await?;
+    let (enqueue, claims) = if args.no_claims {
+        (None, None)
+    } else {
+        let work = names.of("work");
+        let enqueue = claims::enqueue(&client, &base, &work, c, d).await?;
+        let claims = claims::claim(&client, &base, &work, c, d).await?;
+        (Some(enqueue), Some(claims))
+    };
+    let over_demand =
+        exactness::over_demand(&client, &base, &names.of("capped"), args.ceiling, c).await?;
+    let cadence_check = (args.cadence_rate, args.cadence_burst);
+    let paced =
+        exactness::paced_grants(&client, &base, &names.of("paced"), cadence_check, c, d).await?;
+    let memory = service.resident_memory()?;
+    service.stop().await?;
+
+    let (mut bare_hot, mut bare_spread, mut raw_claim) = (None, None, None);
+    if !args.no_pgbench {
+        let pgbench = Pgbench {
+            program: args.pgbench.clone(),
+            database_url: args.database_url.clone(),
+            concurrency: c,
+            duration: d,
+        };
+        let reserve_slots = include_str!("../../sql/reserve_slots.sql");
+        let ceiling = UNREACHABLE_CEILING.to_string();
+        let hot = text_literal(&names.of("pg-hot"));
+        let script = with_literals(reserve_slots, &[&hot, "1", &ceiling, "false"]) + ";\n";
+        bare_hot = Some(
+            pgbench
+                .run("bare upsert, hot row (pgbench)", &script)
+                .await?,
+        );
+        let spread = format!("({} || :q)", text_literal(&names.of("pg-spread-")));
+        let script = format!("\\set q random(1, {quotas})\n")
+            + &with_literals(reserve_slots, &[&spread, "1", &ceiling, "false"])
+            + ";\n";
+        let name = format!("bare upsert, {quotas} rows (pgbench)");
+        bare_spread = Some(pgbench.run(&name, &script).await?);
+        if !args.no_claims {
+            let quota = names.of("pg-claim");
+            raw_claim = Some(claims::raw_claim_baseline(&pgbench, &store, &quota).await?);
+        }
+    }
+
+    let measured = Measured {
+        healthz,
+        enforce,
+        observe,
+        cadence,
+        in_flight,
+        many_quotas,
+        enqueue,
+        claims,
+        bare_hot,
+        bare_spread,
+        raw_claim,
+        memory,
+        quotas,
+    };
+    println!(
+        "quota-arbiter-bench, {}: {c} concurrent callers, {d:?} per arm, synchronous_commit = {synchronous_commit}, service pool {}",
+        Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        args.server_max_connections
+            .map_or_else(|| "default".to_string(), |n| n.to_string())
+    );
+    report::print_arms(&measured.arms());
+    println!();
+    report::print_targets(&measured.targets());
+    println!();
+    println!(
+        "service resident memory: VmRSS {} kB after the run, VmHWM (peak) {} kB",
+        memory.now_kb, memory.peak_kb
+    );
+    println!(
+        "over-demand check: asked {}, granted {}, deferred {}, ceiling {} -> {}",
+        over_demand.asked,
+        over_demand.granted,
+        over_demand.deferred,
+        over_demand.ceiling,
+        if over_demand.exact() {
+            "exact"
+        } else {
+            "MISMATCH"
+        }
+    );
+    println!(
+        "cadence check: rate {}/s, burst {}: {} granted in {:.1} s = {:.1} grants/s (ideal {:.1}/s: rate + burst spread over the run)",
+        paced.rate,
+        paced.burst,
+        paced.granted,
+        paced.seconds,
+        paced.per_second(),
+        paced.ideal_per_second()
+    );
+    Ok(())
+}
