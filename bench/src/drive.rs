@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cpu::CpuSpent;
+
 /// What one arm measured.
 #[derive(Clone, Debug)]
 pub struct Arm {
@@ -19,6 +21,8 @@ pub struct Arm {
     /// Measured through the service (the targets' p99 bound applies), not a
     /// baseline on the database alone.
     pub through_service: bool,
+    /// CPU time the arm cost the service and the database.
+    pub cpu: CpuSpent,
 }
 
 impl Arm {
@@ -38,7 +42,14 @@ impl Arm {
             p99_ms: percentile_ms(&latencies, 0.99),
             answers,
             through_service,
+            cpu: CpuSpent::default(),
         }
+    }
+
+    /// CPU microseconds per answer, of `seconds` spent over the whole arm.
+    pub fn cpu_per_answer_us(&self, seconds: Option<f64>) -> Option<f64> {
+        let total: usize = self.answers.iter().map(|(_, n)| n).sum();
+        (total > 0).then_some(seconds? * 1e6 / total as f64)
     }
 
     /// The answers as shares of the total: "granted 100%", or
@@ -151,6 +162,19 @@ mod tests {
     fn latencies_are_sorted_before_percentiles() {
         let arm = Arm::measured("x", 1.0, millis([30, 10, 20]), Vec::new(), true);
         assert_eq!((arm.p50_ms, arm.p99_ms), (Some(20.0), Some(30.0)));
+    }
+
+    #[test]
+    fn cpu_time_is_shared_over_every_answer() {
+        let answers = vec![
+            ("granted".to_string(), 3000),
+            ("deferred".to_string(), 1000),
+        ];
+        let arm = Arm::measured("x", 1.0, Vec::new(), answers, true);
+        assert_eq!(arm.cpu_per_answer_us(Some(2.0)), Some(500.0));
+        assert_eq!(arm.cpu_per_answer_us(None), None);
+        let silent = Arm::measured("x", 0.0, Vec::new(), Vec::new(), true);
+        assert_eq!(silent.cpu_per_answer_us(Some(2.0)), None);
     }
 
     #[test]

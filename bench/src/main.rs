@@ -6,6 +6,7 @@
 //! prints what it measured and asserts nothing.
 
 mod claims;
+mod cpu;
 mod drive;
 mod exactness;
 mod pgbench;
@@ -22,6 +23,7 @@ use anyhow::Context;
 use chrono::Utc;
 use clap::Parser;
 use quota_arbiter::catalog::{Mode, QuotaSettings, MAX_RATE};
+use quota_arbiter::config::Config;
 use quota_arbiter::store::Store;
 use sqlx::postgres::PgPoolOptions;
 
@@ -168,62 +170,40 @@ async fn run(args: Args) -> anyhow::Result<()> {
     .await?;
     let base = service.base.clone();
     let (c, d) = (args.concurrency, args.duration);
+    let options = store.pool().connect_options();
+    let database = options
+        .get_database()
+        .unwrap_or(options.get_username())
+        .to_string();
+    let (pid, db) = (service.pid(), database.as_str());
     let one = |flow: String| move || flow.clone();
 
-    let healthz = reserve::healthz(&client, &base, c, d).await?;
-    let enforce = reserve::arm(
-        "budget only, enforce",
-        &client,
-        &base,
-        c,
-        d,
-        one(names.of("enforce")),
-    )
-    .await?;
-    let observe = reserve::arm(
-        &format!("budget only, observe (ceiling {})", args.ceiling),
-        &client,
-        &base,
-        c,
-        d,
-        one(names.of("observe")),
-    )
-    .await?;
-    let cadence = reserve::arm(
-        "with cadence (never refusing), enforce",
-        &client,
-        &base,
-        c,
-        d,
-        one(names.of("cadence")),
-    )
-    .await?;
-    let in_flight = reserve::arm(
-        &format!("max_in_flight {IN_FLIGHT_PLACES}, enforce"),
-        &client,
-        &base,
-        c,
-        d,
-        one(names.of("in-flight")),
-    )
-    .await?;
-    let spread = names.of("spread-");
-    let quotas = args.quotas;
-    let many_quotas = reserve::arm(
-        &format!("{quotas} budget-only quotas, enforce"),
-        &client,
-        &base,
-        c,
-        d,
-        move || format!("{spread}{}", fastrand::usize(1..=quotas)),
-    )
-    .await?;
+    let healthz = cpu::metered(pid, db, reserve::healthz(&client, &base, c, d)).await?;
+    let name = "budget only, enforce";
+    let enforce = reserve::arm(name, &client, &base, c, d, one(names.of("enforce")));
+    let enforce = cpu::metered(pid, db, enforce).await?;
+    let name = format!("budget only, observe (ceiling {})", args.ceiling);
+    let observe = reserve::arm(&name, &client, &base, c, d, one(names.of("observe")));
+    let observe = cpu::metered(pid, db, observe).await?;
+    let name = "with cadence (never refusing), enforce";
+    let cadence = reserve::arm(name, &client, &base, c, d, one(names.of("cadence")));
+    let cadence = cpu::metered(pid, db, cadence).await?;
+    let name = format!("max_in_flight {IN_FLIGHT_PLACES}, enforce");
+    let in_flight = reserve::arm(&name, &client, &base, c, d, one(names.of("in-flight")));
+    let in_flight = cpu::metered(pid, db, in_flight).await?;
+    let (spread, quotas) = (names.of("spread-"), args.quotas);
+    let random_quota = move || format!("{spread}{}", fastrand::usize(1..=quotas));
+    let name = format!("{quotas} budget-only quotas, enforce");
+    let many_quotas = reserve::arm(&name, &client, &base, c, d, random_quota);
+    let many_quotas = cpu::metered(pid, db, many_quotas).await?;
     let (enqueue, claims) = if args.no_claims {
         (None, None)
     } else {
         let work = names.of("work");
-        let enqueue = claims::enqueue(&client, &base, &work, c, d).await?;
-        let claims = claims::claim(&client, &base, &work, c, d).await?;
+        let enqueue = claims::enqueue(&client, &base, &work, c, d);
+        let enqueue = cpu::metered(pid, db, enqueue).await?;
+        let claims = claims::claim(&client, &base, &work, c, d);
+        let claims = cpu::metered(pid, db, claims).await?;
         (Some(enqueue), Some(claims))
     };
     let over_demand =
@@ -239,6 +219,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let pgbench = Pgbench {
             program: args.pgbench.clone(),
             database_url: args.database_url.clone(),
+            database: database.clone(),
             concurrency: c,
             duration: d,
         };
@@ -263,6 +244,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
+    let catalog_quotas = sqlx::query_file_scalar!("sql/catalog_size.sql")
+        .fetch_one(store.pool())
+        .await?;
     let measured = Measured {
         healthz,
         enforce,
@@ -279,10 +263,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         quotas,
     };
     println!(
-        "quota-arbiter-bench, {}: {c} concurrent callers, {d:?} per arm, synchronous_commit = {synchronous_commit}, service pool {}",
+        "quota-arbiter-bench, {}: {c} concurrent callers, {d:?} per arm",
         Utc::now().format("%Y-%m-%d %H:%M UTC"),
+    );
+    println!(
+        "service pool of {} connections, {catalog_quotas} quotas in the catalog, synchronous_commit = {synchronous_commit}",
         args.server_max_connections
-            .map_or_else(|| "default".to_string(), |n| n.to_string())
+            .unwrap_or(Config::default().max_connections)
     );
     report::print_arms(&measured.arms());
     println!();

@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::cpu;
 use crate::drive::Arm;
 
 /// How to run pgbench for every baseline of a run.
 pub struct Pgbench {
     pub program: PathBuf,
     pub database_url: String,
+    /// The database's name, whose backends' CPU time is counted.
+    pub database: String,
     pub concurrency: usize,
     pub duration: Duration,
 }
@@ -29,7 +32,7 @@ impl Pgbench {
                 .collect::<String>()
         ));
         tokio::fs::create_dir_all(&dir).await?;
-        let measured = self.run_in(&dir, name, script).await;
+        let measured = cpu::metered(None, &self.database, self.run_in(&dir, name, script)).await;
         let _ = tokio::fs::remove_dir_all(&dir).await;
         measured
     }

@@ -190,17 +190,20 @@ const NAME_WIDTH: usize = 38;
 
 pub fn print_arms(arms: &[&Arm]) {
     println!(
-        "{:<NAME_WIDTH$} {:>11} {:>8} {:>8}  answers",
-        "arm", "per second", "p50 ms", "p99 ms"
+        "{:<NAME_WIDTH$} {:>11} {:>8} {:>8} {:>9} {:>9}  answers",
+        "arm", "per second", "p50 ms", "p99 ms", "svc us/op", "db us/op"
     );
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    let us = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
     for arm in arms {
         println!(
-            "{:<NAME_WIDTH$} {:>11.0} {:>8} {:>8}  {}",
+            "{:<NAME_WIDTH$} {:>11.0} {:>8} {:>8} {:>9} {:>9}  {}",
             arm.name,
             arm.per_second,
             ms(arm.p50_ms),
             ms(arm.p99_ms),
+            us(arm.cpu_per_answer_us(arm.cpu.service_seconds)),
+            us(arm.cpu_per_answer_us(arm.cpu.database_seconds)),
             arm.answer_shares()
         );
     }
@@ -238,6 +241,7 @@ mod tests {
             p99_ms: Some(p99_ms),
             answers: Vec::new(),
             through_service,
+            cpu: Default::default(),
         }
     }
 

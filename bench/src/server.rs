@@ -137,6 +137,10 @@ impl Service {
         }
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// VmRSS and VmHWM of the service process, from /proc.
     pub fn resident_memory(&self) -> anyhow::Result<ResidentMemory> {
         let pid = self.child.id().context("the service has exited")?;
