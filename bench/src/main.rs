@@ -106,6 +106,7 @@ impl Names {
 async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     anyhow::ensure!(args.quotas > 0, "--quotas must be at least 1");
+    let load_at_start = load_average();
     let binary = server::binary(args.server.clone())?;
     server::migrate(&binary, &args.database_url).await?;
     let pool = PgPoolOptions::new()
@@ -271,6 +272,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.server_max_connections
             .unwrap_or(Config::default().max_connections)
     );
+    println!(
+        "load average of the machine (1, 5, 15 min): {load_at_start} at the start, {} at the end",
+        load_average()
+    );
     report::print_arms(&measured.arms());
     println!();
     report::print_targets(&measured.targets());
@@ -301,4 +306,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         paced.ideal_per_second()
     );
     Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages of the machine: other work on it
+/// moves every figure of the run.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_string())
 }
