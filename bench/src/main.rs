@@ -27,6 +27,7 @@ use quota_arbiter::config::Config;
 use quota_arbiter::store::Store;
 use sqlx::postgres::PgPoolOptions;
 
+use crate::drive::Arm;
 use crate::pgbench::{text_literal, with_literals, Pgbench};
 use crate::report::Measured;
 use crate::server::Service;
@@ -179,7 +180,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (pid, db) = (service.pid(), database.as_str());
     let one = |flow: String| move || flow.clone();
 
+    // Each baseline runs right before the arm it is compared with (the
+    // service idles meanwhile), so that other work on the machine weighs on
+    // both alike.
+    let pgbench = (!args.no_pgbench).then(|| Pgbench {
+        program: args.pgbench.clone(),
+        database_url: args.database_url.clone(),
+        database: database.clone(),
+        concurrency: c,
+        duration: d,
+    });
+    let reserve_slots = include_str!("../../sql/reserve_slots.sql");
+    let ceiling = UNREACHABLE_CEILING.to_string();
+
     let healthz = cpu::metered(pid, db, reserve::healthz(&client, &base, c, d)).await?;
+    let hot = text_literal(&names.of("pg-hot"));
+    let script = with_literals(reserve_slots, &[&hot, "1", &ceiling, "false"]) + ";\n";
+    let bare_hot = baseline(pgbench.as_ref(), "bare upsert, hot row (pgbench)", &script).await?;
     let name = "budget only, enforce";
     let enforce = reserve::arm(name, &client, &base, c, d, one(names.of("enforce")));
     let enforce = cpu::metered(pid, db, enforce).await?;
@@ -192,21 +209,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = format!("max_in_flight {IN_FLIGHT_PLACES}, enforce");
     let in_flight = reserve::arm(&name, &client, &base, c, d, one(names.of("in-flight")));
     let in_flight = cpu::metered(pid, db, in_flight).await?;
-    let (spread, quotas) = (names.of("spread-"), args.quotas);
+    let quotas = args.quotas;
+    let spread = format!("({} || :q)", text_literal(&names.of("pg-spread-")));
+    let script = format!("\\set q random(1, {quotas})\n")
+        + &with_literals(reserve_slots, &[&spread, "1", &ceiling, "false"])
+        + ";\n";
+    let name = format!("bare upsert, {quotas} rows (pgbench)");
+    let bare_spread = baseline(pgbench.as_ref(), &name, &script).await?;
+    let spread = names.of("spread-");
     let random_quota = move || format!("{spread}{}", fastrand::usize(1..=quotas));
     let name = format!("{quotas} budget-only quotas, enforce");
     let many_quotas = reserve::arm(&name, &client, &base, c, d, random_quota);
     let many_quotas = cpu::metered(pid, db, many_quotas).await?;
-    let (enqueue, claims) = if args.no_claims {
-        (None, None)
-    } else {
+    let (mut enqueue, mut claims, mut raw_claim) = (None, None, None);
+    if !args.no_claims {
         let work = names.of("work");
-        let enqueue = claims::enqueue(&client, &base, &work, c, d);
-        let enqueue = cpu::metered(pid, db, enqueue).await?;
-        let claims = claims::claim(&client, &base, &work, c, d);
-        let claims = cpu::metered(pid, db, claims).await?;
-        (Some(enqueue), Some(claims))
-    };
+        let enqueued = claims::enqueue(&client, &base, &work, c, d);
+        enqueue = Some(cpu::metered(pid, db, enqueued).await?);
+        let claimed = claims::claim(&client, &base, &work, c, d);
+        claims = Some(cpu::metered(pid, db, claimed).await?);
+        if let Some(pgbench) = &pgbench {
+            let quota = names.of("pg-claim");
+            raw_claim = Some(claims::raw_claim_baseline(pgbench, &store, &quota).await?);
+        }
+    }
     let over_demand =
         exactness::over_demand(&client, &base, &names.of("capped"), args.ceiling, c).await?;
     let cadence_check = (args.cadence_rate, args.cadence_burst);
@@ -214,36 +240,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         exactness::paced_grants(&client, &base, &names.of("paced"), cadence_check, c, d).await?;
     let memory = service.resident_memory()?;
     service.stop().await?;
-
-    let (mut bare_hot, mut bare_spread, mut raw_claim) = (None, None, None);
-    if !args.no_pgbench {
-        let pgbench = Pgbench {
-            program: args.pgbench.clone(),
-            database_url: args.database_url.clone(),
-            database: database.clone(),
-            concurrency: c,
-            duration: d,
-        };
-        let reserve_slots = include_str!("../../sql/reserve_slots.sql");
-        let ceiling = UNREACHABLE_CEILING.to_string();
-        let hot = text_literal(&names.of("pg-hot"));
-        let script = with_literals(reserve_slots, &[&hot, "1", &ceiling, "false"]) + ";\n";
-        bare_hot = Some(
-            pgbench
-                .run("bare upsert, hot row (pgbench)", &script)
-                .await?,
-        );
-        let spread = format!("({} || :q)", text_literal(&names.of("pg-spread-")));
-        let script = format!("\\set q random(1, {quotas})\n")
-            + &with_literals(reserve_slots, &[&spread, "1", &ceiling, "false"])
-            + ";\n";
-        let name = format!("bare upsert, {quotas} rows (pgbench)");
-        bare_spread = Some(pgbench.run(&name, &script).await?);
-        if !args.no_claims {
-            let quota = names.of("pg-claim");
-            raw_claim = Some(claims::raw_claim_baseline(&pgbench, &store, &quota).await?);
-        }
-    }
 
     let catalog_quotas = sqlx::query_file_scalar!("sql/catalog_size.sql")
         .fetch_one(store.pool())
@@ -319,4 +315,16 @@ fn load_average() -> String {
                 .join(" ")
         })
         .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// A pgbench baseline, unless the run skips them.
+async fn baseline(
+    pgbench: Option<&Pgbench>,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<Option<Arm>> {
+    match pgbench {
+        Some(pgbench) => Ok(Some(pgbench.run(name, script).await?)),
+        None => Ok(None),
+    }
 }

@@ -24,27 +24,24 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// In the order of the table.
+    /// In the order they ran: each baseline next to the arm it is compared with.
     pub fn arms(&self) -> Vec<&Arm> {
-        let service = [
-            &self.healthz,
-            &self.enforce,
-            &self.observe,
-            &self.cadence,
-            &self.in_flight,
-            &self.many_quotas,
-        ];
-        let optional = [
-            &self.enqueue,
-            &self.claims,
-            &self.bare_hot,
-            &self.bare_spread,
-            &self.raw_claim,
-        ];
-        service
-            .into_iter()
-            .chain(optional.into_iter().flatten())
-            .collect()
+        [
+            Some(&self.healthz),
+            self.bare_hot.as_ref(),
+            Some(&self.enforce),
+            Some(&self.observe),
+            Some(&self.cadence),
+            Some(&self.in_flight),
+            self.bare_spread.as_ref(),
+            Some(&self.many_quotas),
+            self.enqueue.as_ref(),
+            self.claims.as_ref(),
+            self.raw_claim.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     pub fn targets(&self) -> Vec<Target> {
