@@ -8,7 +8,7 @@ use quota_arbiter::store::Store;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::drive::{self, Arm};
+use crate::drive::{Arm, Load, Stop};
 use crate::pgbench::{text_literal, with_literals, Pgbench};
 use crate::setup::UNREACHABLE_CEILING;
 
@@ -25,26 +25,15 @@ struct ClaimAnswer {
 }
 
 /// `POST /v1/work` on `flow` for the arm's duration.
-pub async fn enqueue(
-    client: &reqwest::Client,
-    base: &str,
-    flow: &str,
-    concurrency: usize,
-    duration: Duration,
-) -> anyhow::Result<Arm> {
-    let (client, url, flow) = (client.clone(), format!("{base}/v1/work"), flow.to_string());
-    let name = "POST /v1/work (enqueue)";
-    drive::for_duration(name, concurrency, duration, move |call| {
+pub async fn enqueue(load: &Load, flow: &str) -> anyhow::Result<Arm> {
+    let (client, url, flow) = (load.client.clone(), load.url("/v1/work"), flow.to_string());
+    load.drive("POST /v1/work (enqueue)", Stop::Elapsed, move |call| {
         let (client, url, flow) = (client.clone(), url.clone(), flow.clone());
         async move {
             let n = call.n;
             let body = json!({"flow": flow, "payload": {"n": n}, "ref": format!("{flow}-{n}")});
-            client
-                .post(&url)
-                .json(&body)
-                .send()
-                .await?
-                .error_for_status()?;
+            let response = client.post(&url).json(&body).send().await?;
+            response.error_for_status()?;
             Ok(Some("enqueued"))
         }
     })
@@ -55,20 +44,10 @@ pub async fn enqueue(
 /// duration is up or the queue is drained. A 503 (the claim waited past the
 /// store timeout) is asked again, as a worker would; its latency includes the
 /// retries and it is counted apart.
-pub async fn claim(
-    client: &reqwest::Client,
-    base: &str,
-    flow: &str,
-    concurrency: usize,
-    duration: Duration,
-) -> anyhow::Result<Arm> {
-    let (client, url, flow) = (
-        client.clone(),
-        format!("{base}/v1/work/claim"),
-        flow.to_string(),
-    );
-    let name = "claims, max 1";
-    drive::for_duration(name, concurrency, duration, move |call| {
+pub async fn claim(load: &Load, flow: &str) -> anyhow::Result<Arm> {
+    let (client, url) = (load.client.clone(), load.url("/v1/work/claim"));
+    let flow = flow.to_string();
+    load.drive("claims, max 1", Stop::Elapsed, move |call| {
         let (client, url) = (client.clone(), url.clone());
         let body = json!({"worker": format!("bench-{}", call.caller), "flows": [flow], "max": 1});
         async move {

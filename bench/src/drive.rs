@@ -1,4 +1,4 @@
-//! Concurrent callers for a fixed time, and what one arm measured.
+//! Concurrent callers against the service, and what one arm measured.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -46,16 +46,30 @@ impl Arm {
         }
     }
 
+    /// How many answers started with `prefix` ("deferred" counts every limit).
+    pub fn count(&self, prefix: &str) -> usize {
+        let answers = self.answers.iter();
+        answers
+            .filter(|(a, _)| a.starts_with(prefix))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The time the arm took, from its rate.
+    pub fn seconds(&self) -> f64 {
+        self.count("") as f64 / self.per_second
+    }
+
     /// CPU microseconds per answer, of `seconds` spent over the whole arm.
     pub fn cpu_per_answer_us(&self, seconds: Option<f64>) -> Option<f64> {
-        let total: usize = self.answers.iter().map(|(_, n)| n).sum();
+        let total = self.count("");
         (total > 0).then_some(seconds? * 1e6 / total as f64)
     }
 
     /// The answers as shares of the total: "granted 100%", or
     /// "granted 41%, deferred in_flight 59%".
     pub fn answer_shares(&self) -> String {
-        let total: usize = self.answers.iter().map(|(_, n)| n).sum();
+        let total = self.count("");
         if total == 0 {
             return String::new();
         }
@@ -81,57 +95,83 @@ pub struct Call {
     pub n: usize,
 }
 
-/// Runs `call` from `concurrency` callers, each calling again as soon as it
-/// has its answer, for `duration`. A call answers what to count it as, or
-/// `None` to stop its caller without counting it (a drained queue).
-pub async fn for_duration<F, Fut>(
-    name: &str,
-    concurrency: usize,
-    duration: Duration,
-    call: F,
-) -> anyhow::Result<Arm>
-where
-    F: Fn(Call) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = anyhow::Result<Option<&'static str>>> + Send,
-{
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let until = started + duration;
-    let callers: Vec<_> = (0..concurrency)
-        .map(|caller| {
-            let (call, next) = (call.clone(), next.clone());
-            tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                let mut answers = BTreeMap::<&'static str, usize>::new();
-                while Instant::now() < until {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    let asked = Instant::now();
-                    let Some(answer) = call(Call { caller, n }).await? else {
-                        break;
-                    };
-                    latencies.push(asked.elapsed());
-                    *answers.entry(answer).or_default() += 1;
-                }
-                anyhow::Ok((latencies, answers))
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    let mut answers = BTreeMap::<&'static str, usize>::new();
-    for caller in callers {
-        let (own_latencies, own_answers) = caller.await??;
-        latencies.extend(own_latencies);
-        for (answer, n) in own_answers {
-            *answers.entry(answer).or_default() += n;
-        }
+/// When the callers of an arm stop.
+#[derive(Clone, Copy, Debug)]
+pub enum Stop {
+    /// When the run's duration is up.
+    Elapsed,
+    /// After this many calls in all.
+    AfterCalls(usize),
+}
+
+/// The service under load and how hard every arm of the run drives it.
+#[derive(Clone, Debug)]
+pub struct Load {
+    pub client: reqwest::Client,
+    pub base: String,
+    pub concurrency: usize,
+    pub duration: Duration,
+}
+
+impl Load {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
     }
-    // The last calls end after `until`: the rate is over the time actually spent.
-    let per_second = latencies.len() as f64 / started.elapsed().as_secs_f64();
-    let answers = answers
-        .into_iter()
-        .map(|(answer, n)| (answer.to_string(), n))
-        .collect();
-    Ok(Arm::measured(name, per_second, latencies, answers, true))
+
+    /// Runs `call` from `concurrency` callers, each calling again as soon as
+    /// it has its answer, until `stop`. A call answers what to count it as,
+    /// or `None` to stop its caller without counting it (a drained queue).
+    pub async fn drive<F, Fut>(&self, name: &str, stop: Stop, call: F) -> anyhow::Result<Arm>
+    where
+        F: Fn(Call) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = anyhow::Result<Option<&'static str>>> + Send,
+    {
+        let next = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let until = started + self.duration;
+        let callers: Vec<_> = (0..self.concurrency)
+            .map(|caller| {
+                let (call, next) = (call.clone(), next.clone());
+                tokio::spawn(async move {
+                    let mut latencies = Vec::new();
+                    let mut answers = BTreeMap::<&'static str, usize>::new();
+                    loop {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        let stopped = match stop {
+                            Stop::Elapsed => Instant::now() >= until,
+                            Stop::AfterCalls(calls) => n >= calls,
+                        };
+                        if stopped {
+                            break;
+                        }
+                        let asked = Instant::now();
+                        let Some(answer) = call(Call { caller, n }).await? else {
+                            break;
+                        };
+                        latencies.push(asked.elapsed());
+                        *answers.entry(answer).or_default() += 1;
+                    }
+                    anyhow::Ok((latencies, answers))
+                })
+            })
+            .collect();
+        let mut latencies = Vec::new();
+        let mut answers = BTreeMap::<&'static str, usize>::new();
+        for caller in callers {
+            let (own_latencies, own_answers) = caller.await??;
+            latencies.extend(own_latencies);
+            for (answer, n) in own_answers {
+                *answers.entry(answer).or_default() += n;
+            }
+        }
+        // The last calls end after `until`: the rate is over the time actually spent.
+        let per_second = latencies.len() as f64 / started.elapsed().as_secs_f64();
+        let answers = answers
+            .into_iter()
+            .map(|(answer, n)| (answer.to_string(), n))
+            .collect();
+        Ok(Arm::measured(name, per_second, latencies, answers, true))
+    }
 }
 
 /// The nearest-rank percentile `p` (0..=1) of `sorted`, in milliseconds.
@@ -175,6 +215,19 @@ mod tests {
         assert_eq!(arm.cpu_per_answer_us(None), None);
         let silent = Arm::measured("x", 0.0, Vec::new(), Vec::new(), true);
         assert_eq!(silent.cpu_per_answer_us(Some(2.0)), None);
+    }
+
+    #[test]
+    fn answers_are_counted_by_prefix() {
+        let answers = vec![
+            ("deferred budget".to_string(), 2),
+            ("deferred cadence".to_string(), 3),
+            ("granted".to_string(), 5),
+        ];
+        let arm = Arm::measured("x", 4.0, Vec::new(), answers, true);
+        assert_eq!((arm.count("deferred"), arm.count("granted")), (5, 5));
+        assert_eq!((arm.count(""), arm.count("bypassed")), (10, 0));
+        assert_eq!(arm.seconds(), 2.5);
     }
 
     #[test]

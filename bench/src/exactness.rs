@@ -1,14 +1,14 @@
 //! Checks that speed did not cost exactness: over-demand on a budget grants
 //! exactly the ceiling, and a cadence quota grants at its rate.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::time::Duration;
 
 use chrono::Utc;
 use quota_arbiter::decision::Outcome;
 
-use crate::reserve::reserve;
+use crate::drive::{Load, Stop};
+use crate::reserve::{self, reserve};
 
 pub struct OverDemand {
     pub asked: usize,
@@ -23,42 +23,27 @@ impl OverDemand {
     }
 }
 
-/// Four times the ceiling of an enforced flow, asked concurrently.
-pub async fn over_demand(
-    client: &reqwest::Client,
-    base: &str,
-    flow: &str,
-    ceiling: i64,
-    concurrency: usize,
-) -> anyhow::Result<OverDemand> {
-    let asked = (ceiling.max(1) * 4) as usize;
-    let next = Arc::new(AtomicUsize::new(0));
-    let callers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (client, base, flow, next) = (
-                client.clone(),
-                base.to_string(),
-                flow.to_string(),
-                next.clone(),
-            );
-            tokio::spawn(async move {
-                let mut outcomes = Vec::new();
-                while next.fetch_add(1, Ordering::Relaxed) < asked {
-                    outcomes.push(reserve(&client, &base, &flow).await?.outcome);
-                }
-                anyhow::Ok(outcomes)
-            })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for caller in callers {
-        outcomes.extend(caller.await??);
+impl fmt::Display for OverDemand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = if self.exact() { "exact" } else { "MISMATCH" };
+        write!(
+            f,
+            "over-demand check: asked {}, granted {}, deferred {}, ceiling {} -> {verdict}",
+            self.asked, self.granted, self.deferred, self.ceiling
+        )
     }
-    let count = |outcome: Outcome| outcomes.iter().filter(|o| **o == outcome).count();
+}
+
+/// Four times the ceiling of an enforced flow, asked concurrently.
+pub async fn over_demand(load: &Load, flow: &str, ceiling: i64) -> anyhow::Result<OverDemand> {
+    let asked = (ceiling.max(1) * 4) as usize;
+    let flow = flow.to_string();
+    let pick = move || flow.clone();
+    let arm = reserve::arm(load, "over-demand", Stop::AfterCalls(asked), pick).await?;
     Ok(OverDemand {
         asked,
-        granted: count(Outcome::Granted),
-        deferred: count(Outcome::Deferred),
+        granted: arm.count("granted"),
+        deferred: arm.count("deferred"),
         ceiling,
     })
 }
@@ -81,48 +66,54 @@ impl PacedGrants {
     }
 }
 
-/// Callers ask a cadence quota for `duration`, each waiting for `retry_at`
-/// when deferred, as a worker would: grants per second should match the
-/// sustained rate (plus the initial burst).
+impl fmt::Display for PacedGrants {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cadence check: rate {}/s, burst {}: {} granted in {:.1} s = {:.1} grants/s (ideal {:.1}/s: rate + burst spread over the run)",
+            self.rate,
+            self.burst,
+            self.granted,
+            self.seconds,
+            self.per_second(),
+            self.ideal_per_second()
+        )
+    }
+}
+
+/// Callers ask a cadence quota for the run's duration, each waiting for
+/// `retry_at` when deferred, as a worker would: grants per second should
+/// match the sustained rate (plus the initial burst).
 pub async fn paced_grants(
-    client: &reqwest::Client,
-    base: &str,
+    load: &Load,
     flow: &str,
     (rate, burst): (f64, f64),
-    concurrency: usize,
-    duration: Duration,
 ) -> anyhow::Result<PacedGrants> {
-    let started = Instant::now();
-    let until = started + duration;
-    let callers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (client, base, flow) = (client.clone(), base.to_string(), flow.to_string());
-            tokio::spawn(async move {
-                let mut granted = 0;
-                while Instant::now() < until {
-                    let decision = reserve(&client, &base, &flow).await?;
-                    if decision.outcome == Outcome::Granted {
-                        granted += 1;
-                        continue;
-                    }
-                    let wait = decision
+    let (client, url, flow) = (
+        load.client.clone(),
+        load.url("/v1/reserve"),
+        flow.to_string(),
+    );
+    let arm = load
+        .drive("cadence check", Stop::Elapsed, move |_| {
+            let (client, url, flow) = (client.clone(), url.clone(), flow.clone());
+            async move {
+                let answer = reserve(&client, &url, &flow).await?;
+                if answer.outcome != Outcome::Granted {
+                    let wait = answer
                         .retry_at
                         .map(|at| (at - Utc::now()).num_milliseconds().clamp(1, 1000))
                         .unwrap_or(10);
                     tokio::time::sleep(Duration::from_millis(wait as u64)).await;
                 }
-                anyhow::Ok(granted)
-            })
+                Ok(Some(answer.label()))
+            }
         })
-        .collect();
-    let mut granted = 0;
-    for caller in callers {
-        granted += caller.await??;
-    }
+        .await?;
     Ok(PacedGrants {
         rate,
         burst,
-        granted,
-        seconds: started.elapsed().as_secs_f64(),
+        granted: arm.count("granted"),
+        seconds: arm.seconds(),
     })
 }

@@ -27,7 +27,7 @@ use quota_arbiter::config::Config;
 use quota_arbiter::store::Store;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::drive::Arm;
+use crate::drive::{Arm, Load, Stop};
 use crate::pgbench::{text_literal, with_literals, Pgbench};
 use crate::report::Measured;
 use crate::server::Service;
@@ -123,42 +123,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let names = Names {
         tag: format!("bench-{}-{}", std::process::id(), Utc::now().timestamp()),
     };
-    let far = QuotaSettings::sized(UNREACHABLE_CEILING);
-    let never_refusing_cadence = QuotaSettings {
-        rate: Some(MAX_RATE),
-        burst: Some(MAX_RATE),
-        adaptive: false,
-        ..far.clone()
-    };
-    let in_flight = QuotaSettings {
-        max_in_flight: Some(IN_FLIGHT_PLACES),
-        ..far.clone()
-    };
-    let paced = QuotaSettings {
-        rate: Some(args.cadence_rate),
-        burst: Some(args.cadence_burst),
-        adaptive: false,
-        ..far.clone()
-    };
-    let capped = QuotaSettings::sized(args.ceiling);
-    let (enforce, observe) = (Some(Mode::Enforce), Some(Mode::Observe));
-    declare(&store, &names.of("enforce"), &far, enforce).await?;
-    declare(&store, &names.of("observe"), &capped, observe).await?;
-    declare(
-        &store,
-        &names.of("cadence"),
-        &never_refusing_cadence,
-        enforce,
-    )
-    .await?;
-    declare(&store, &names.of("in-flight"), &in_flight, enforce).await?;
-    declare(&store, &names.of("work"), &far, enforce).await?;
-    declare(&store, &names.of("capped"), &capped, enforce).await?;
-    declare(&store, &names.of("paced"), &paced, enforce).await?;
-    declare_many(&store, &names.of("spread-"), args.quotas, &far, enforce).await?;
-    declare(&store, &names.of("pg-hot"), &far, None).await?;
-    declare(&store, &names.of("pg-claim"), &far, None).await?;
-    declare_many(&store, &names.of("pg-spread-"), args.quotas, &far, None).await?;
+    declare_run(&store, &names, &args).await?;
 
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
@@ -170,8 +135,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &client,
     )
     .await?;
-    let base = service.base.clone();
     let (c, d) = (args.concurrency, args.duration);
+    let load = Load {
+        client,
+        base: service.base.clone(),
+        concurrency: c,
+        duration: d,
+    };
     let options = store.pool().connect_options();
     let database = options
         .get_database()
@@ -193,21 +163,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let reserve_slots = include_str!("../../sql/reserve_slots.sql");
     let ceiling = UNREACHABLE_CEILING.to_string();
 
-    let healthz = cpu::metered(pid, db, reserve::healthz(&client, &base, c, d)).await?;
+    let healthz = cpu::metered(pid, db, reserve::healthz(&load)).await?;
     let hot = text_literal(&names.of("pg-hot"));
     let script = with_literals(reserve_slots, &[&hot, "1", &ceiling, "false"]) + ";\n";
     let bare_hot = baseline(pgbench.as_ref(), "bare upsert, hot row (pgbench)", &script).await?;
     let name = "budget only, enforce";
-    let enforce = reserve::arm(name, &client, &base, c, d, one(names.of("enforce")));
+    let enforce = reserve::arm(&load, name, Stop::Elapsed, one(names.of("enforce")));
     let enforce = cpu::metered(pid, db, enforce).await?;
     let name = format!("budget only, observe (ceiling {})", args.ceiling);
-    let observe = reserve::arm(&name, &client, &base, c, d, one(names.of("observe")));
+    let observe = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("observe")));
     let observe = cpu::metered(pid, db, observe).await?;
     let name = "with cadence (never refusing), enforce";
-    let cadence = reserve::arm(name, &client, &base, c, d, one(names.of("cadence")));
+    let cadence = reserve::arm(&load, name, Stop::Elapsed, one(names.of("cadence")));
     let cadence = cpu::metered(pid, db, cadence).await?;
     let name = format!("max_in_flight {IN_FLIGHT_PLACES}, enforce");
-    let in_flight = reserve::arm(&name, &client, &base, c, d, one(names.of("in-flight")));
+    let in_flight = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("in-flight")));
     let in_flight = cpu::metered(pid, db, in_flight).await?;
     let quotas = args.quotas;
     let spread = format!("({} || :q)", text_literal(&names.of("pg-spread-")));
@@ -219,25 +189,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let spread = names.of("spread-");
     let random_quota = move || format!("{spread}{}", fastrand::usize(1..=quotas));
     let name = format!("{quotas} budget-only quotas, enforce");
-    let many_quotas = reserve::arm(&name, &client, &base, c, d, random_quota);
+    let many_quotas = reserve::arm(&load, &name, Stop::Elapsed, random_quota);
     let many_quotas = cpu::metered(pid, db, many_quotas).await?;
     let (mut enqueue, mut claims, mut raw_claim) = (None, None, None);
     if !args.no_claims {
         let work = names.of("work");
-        let enqueued = claims::enqueue(&client, &base, &work, c, d);
+        let enqueued = claims::enqueue(&load, &work);
         enqueue = Some(cpu::metered(pid, db, enqueued).await?);
-        let claimed = claims::claim(&client, &base, &work, c, d);
+        let claimed = claims::claim(&load, &work);
         claims = Some(cpu::metered(pid, db, claimed).await?);
         if let Some(pgbench) = &pgbench {
             let quota = names.of("pg-claim");
             raw_claim = Some(claims::raw_claim_baseline(pgbench, &store, &quota).await?);
         }
     }
-    let over_demand =
-        exactness::over_demand(&client, &base, &names.of("capped"), args.ceiling, c).await?;
+    let over_demand = exactness::over_demand(&load, &names.of("capped"), args.ceiling).await?;
     let cadence_check = (args.cadence_rate, args.cadence_burst);
-    let paced =
-        exactness::paced_grants(&client, &base, &names.of("paced"), cadence_check, c, d).await?;
+    let paced = exactness::paced_grants(&load, &names.of("paced"), cadence_check).await?;
     let memory = service.resident_memory()?;
     service.stop().await?;
 
@@ -280,27 +248,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "service resident memory: VmRSS {} kB after the run, VmHWM (peak) {} kB",
         memory.now_kb, memory.peak_kb
     );
-    println!(
-        "over-demand check: asked {}, granted {}, deferred {}, ceiling {} -> {}",
-        over_demand.asked,
-        over_demand.granted,
-        over_demand.deferred,
-        over_demand.ceiling,
-        if over_demand.exact() {
-            "exact"
-        } else {
-            "MISMATCH"
-        }
-    );
-    println!(
-        "cadence check: rate {}/s, burst {}: {} granted in {:.1} s = {:.1} grants/s (ideal {:.1}/s: rate + burst spread over the run)",
-        paced.rate,
-        paced.burst,
-        paced.granted,
-        paced.seconds,
-        paced.per_second(),
-        paced.ideal_per_second()
-    );
+    println!("{over_demand}");
+    println!("{paced}");
     Ok(())
 }
 
@@ -315,6 +264,41 @@ fn load_average() -> String {
                 .join(" ")
         })
         .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// The quotas and flows of every arm, before the service starts.
+async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Result<()> {
+    let far = QuotaSettings::sized(UNREACHABLE_CEILING);
+    let never_refusing = QuotaSettings {
+        rate: Some(MAX_RATE),
+        burst: Some(MAX_RATE),
+        adaptive: false,
+        ..far.clone()
+    };
+    let in_flight = QuotaSettings {
+        max_in_flight: Some(IN_FLIGHT_PLACES),
+        ..far.clone()
+    };
+    let paced = QuotaSettings {
+        rate: Some(args.cadence_rate),
+        burst: Some(args.cadence_burst),
+        adaptive: false,
+        ..far.clone()
+    };
+    let capped = QuotaSettings::sized(args.ceiling);
+    let (enforce, observe) = (Some(Mode::Enforce), Some(Mode::Observe));
+    declare(store, &names.of("enforce"), &far, enforce).await?;
+    declare(store, &names.of("observe"), &capped, observe).await?;
+    declare(store, &names.of("cadence"), &never_refusing, enforce).await?;
+    declare(store, &names.of("in-flight"), &in_flight, enforce).await?;
+    declare(store, &names.of("work"), &far, enforce).await?;
+    declare(store, &names.of("capped"), &capped, enforce).await?;
+    declare(store, &names.of("paced"), &paced, enforce).await?;
+    declare_many(store, &names.of("spread-"), args.quotas, &far, enforce).await?;
+    declare(store, &names.of("pg-hot"), &far, None).await?;
+    declare(store, &names.of("pg-claim"), &far, None).await?;
+    declare_many(store, &names.of("pg-spread-"), args.quotas, &far, None).await?;
+    Ok(())
 }
 
 /// A pgbench baseline, unless the run skips them.

@@ -1,23 +1,25 @@
 //! `POST /v1/reserve` arms: every caller asks for one slot of a flow, again
-//! and again; each answer is counted by its outcome and limit.
+//! and again; each answer is counted by its outcome and limit. And the HTTP
+//! floor under them.
 
-use std::time::Duration;
-
-use quota_arbiter::decision::{Decision, Limit, Outcome};
+use chrono::{DateTime, Utc};
+use quota_arbiter::decision::{Limit, Outcome};
 use serde::Deserialize;
 
-use crate::drive::{self, Arm};
+use crate::drive::{Arm, Load, Stop};
 
-/// The part of a decision an arm counts.
+/// The part of a decision the bench reads.
 #[derive(Debug, Deserialize)]
-struct Answer {
-    outcome: Outcome,
+pub struct Answer {
+    pub outcome: Outcome,
     would_defer: bool,
     limit: Option<Limit>,
+    pub retry_at: Option<DateTime<Utc>>,
 }
 
 impl Answer {
-    fn label(&self) -> &'static str {
+    /// What an arm counts this answer as.
+    pub fn label(&self) -> &'static str {
         match (self.outcome, self.limit, self.would_defer) {
             (Outcome::Granted, _, false) => "granted",
             (Outcome::Granted, _, true) => "granted (would defer)",
@@ -31,65 +33,44 @@ impl Answer {
     }
 }
 
-/// One slot of `flow`, as a worker asks before an emission.
-pub async fn reserve(client: &reqwest::Client, base: &str, flow: &str) -> anyhow::Result<Decision> {
-    Ok(post(client, base, flow).await?.json().await?)
-}
-
-async fn post(
-    client: &reqwest::Client,
-    base: &str,
-    flow: &str,
-) -> anyhow::Result<reqwest::Response> {
-    Ok(client
-        .post(format!("{base}/v1/reserve"))
+/// One slot of `flow`, as a worker asks before an emission (`url`: the
+/// service's `/v1/reserve`).
+pub async fn reserve(client: &reqwest::Client, url: &str, flow: &str) -> anyhow::Result<Answer> {
+    let response = client
+        .post(url)
         .json(&serde_json::json!({ "flow": flow }))
         .send()
-        .await?
-        .error_for_status()?)
+        .await?;
+    Ok(response.error_for_status()?.json().await?)
 }
 
-/// Callers reserving on the flows `pick` names, one call after another.
+/// Callers reserving on the flows `pick` names until `stop`, each answer
+/// counted by its outcome and limit.
 pub async fn arm(
+    load: &Load,
     name: &str,
-    client: &reqwest::Client,
-    base: &str,
-    concurrency: usize,
-    duration: Duration,
+    stop: Stop,
     pick: impl Fn() -> String + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<Arm> {
-    let (client, base) = (client.clone(), base.to_string());
-    drive::for_duration(name, concurrency, duration, move |_| {
-        let (client, base, flow) = (client.clone(), base.clone(), pick());
-        async move {
-            let answer: Answer = post(&client, &base, &flow).await?.json().await?;
-            Ok(Some(answer.label()))
-        }
+    let (client, url) = (load.client.clone(), load.url("/v1/reserve"));
+    load.drive(name, stop, move |_| {
+        let (client, url, flow) = (client.clone(), url.clone(), pick());
+        async move { Ok(Some(reserve(&client, &url, &flow).await?.label())) }
     })
     .await
 }
 
 /// `GET /healthz`: what the HTTP stack alone answers per second, the floor
 /// under every other arm.
-pub async fn healthz(
-    client: &reqwest::Client,
-    base: &str,
-    concurrency: usize,
-    duration: Duration,
-) -> anyhow::Result<Arm> {
-    let (client, url) = (client.clone(), format!("{base}/healthz"));
-    drive::for_duration(
-        "GET /healthz (HTTP floor)",
-        concurrency,
-        duration,
-        move |_| {
-            let (client, url) = (client.clone(), url.clone());
-            async move {
-                client.get(&url).send().await?.error_for_status()?;
-                Ok(Some("ok"))
-            }
-        },
-    )
+pub async fn healthz(load: &Load) -> anyhow::Result<Arm> {
+    let (client, url) = (load.client.clone(), load.url("/healthz"));
+    load.drive("GET /healthz (HTTP floor)", Stop::Elapsed, move |_| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            client.get(&url).send().await?.error_for_status()?;
+            Ok(Some("ok"))
+        }
+    })
     .await
 }
 
