@@ -11,14 +11,19 @@ ENV SQLX_OFFLINE=true \
     CARGO_TERM_COLOR=never
 
 # 1. Dependencies only, against a dummy crate, so this layer is reused until
-#    Cargo.toml, Cargo.lock or .cargo/config.toml change. .cargo/ comes first
-#    so any flags in it apply to the cached dependency build too.
+#    a manifest, Cargo.lock or .cargo/config.toml change. .cargo/ comes first
+#    so any flags in it apply to the cached dependency build too. The root
+#    manifest is a workspace with the benchmark (bench/) as a member: cargo
+#    loads every member's manifest, so bench/Cargo.toml and a placeholder
+#    target come along; only the service is ever built here.
 COPY Cargo.toml Cargo.lock ./
+COPY bench/Cargo.toml bench/
 COPY .cargo/ .cargo/
-RUN mkdir src \
+RUN mkdir -p src bench/src \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
- && cargo build --release --locked --bin quota-arbiter \
+ && echo 'fn main() {}' > bench/src/main.rs \
+ && cargo build --release --locked -p quota-arbiter --bin quota-arbiter \
  && rm -rf src
 
 # 2. The real crate. Migrations (sqlx::migrate!), sql/*.sql (query_file!,
@@ -31,7 +36,7 @@ COPY .sqlx/ .sqlx/
 # COPY keeps the context's mtimes, which can be older than the dummy build's
 # artifacts; touch so cargo rebuilds the crate instead of keeping the dummy.
 RUN touch src/main.rs src/lib.rs \
- && cargo build --release --locked --bin quota-arbiter \
+ && cargo build --release --locked -p quota-arbiter --bin quota-arbiter \
  && cp target/release/quota-arbiter /quota-arbiter
 
 # ---- runtime ---------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::BenchArgs;
 use crate::catalog::{FlowPatch, Mode, Patch, QuotaPatch};
 
 #[derive(Debug, Parser)]
@@ -48,8 +47,6 @@ pub enum Command {
         #[arg(long)]
         ceiling: Option<i64>,
     },
-    /// Measure decisions/s and latency over HTTP against a bare-upsert baseline.
-    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]

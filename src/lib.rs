@@ -2,7 +2,6 @@
 //! the single atomic arbiter. See docs/design.md for the contract.
 
 pub mod arbiter;
-pub mod bench;
 pub mod bypass;
 pub mod catalog;
 pub mod cli;

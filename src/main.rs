@@ -5,7 +5,7 @@ use clap::Parser;
 use quota_arbiter::cli::{Cli, Command};
 use quota_arbiter::config::{self, Config};
 use quota_arbiter::startup::Application;
-use quota_arbiter::{bench, operator, store, telemetry};
+use quota_arbiter::{operator, store, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -41,7 +41,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             store::migrate(&store::connect_lazy(&config)?).await?;
             println!("migrations applied");
         }
-        Command::Bench(args) => bench::run(config, args).await?,
         Command::Flows => operator::list_flows(&operator::connect(&config).await?).await?,
         Command::Flow(args) => {
             operator::change_flow(&operator::connect(&config).await?, &config, &args).await?

@@ -1,0 +1,121 @@
+//! The pending-work registry: callers enqueue items over HTTP for the arm's
+//! duration, then workers claim them one at a time (`max` = 1) for the same
+//! duration; beside it, the claim transaction replayed by pgbench.
+
+use std::time::Duration;
+
+use quota_arbiter::store::Store;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::drive::{Arm, Load, Stop};
+use crate::pgbench::{text_literal, with_literals, Pgbench};
+use crate::setup::UNREACHABLE_CEILING;
+
+/// How long a worker waits before asking again after a 503.
+const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_millis(50);
+
+/// Claims pgbench makes per second at most, by a wide margin: its queue must
+/// not run dry (a client that finds it empty stops with an error).
+const RAW_CLAIMS_PER_SECOND_AT_MOST: i32 = 5000;
+
+#[derive(Deserialize)]
+struct ClaimAnswer {
+    outcome: String,
+}
+
+/// `POST /v1/work` on `flow` for the arm's duration.
+pub async fn enqueue(load: &Load, flow: &str) -> anyhow::Result<Arm> {
+    let (client, url, flow) = (load.client.clone(), load.url("/v1/work"), flow.to_string());
+    load.drive("POST /v1/work (enqueue)", Stop::Elapsed, move |call| {
+        let (client, url, flow) = (client.clone(), url.clone(), flow.clone());
+        async move {
+            let n = call.n;
+            let body = json!({"flow": flow, "payload": {"n": n}, "ref": format!("{flow}-{n}")});
+            let response = client.post(&url).json(&body).send().await?;
+            response.error_for_status()?;
+            Ok(Some("enqueued"))
+        }
+    })
+    .await
+}
+
+/// `POST /v1/work/claim` of one item of `flow` at a time, until the arm's
+/// duration is up or the queue is drained. A 503 (the claim waited past the
+/// store timeout) is asked again, as a worker would; its latency includes the
+/// retries and it is counted apart.
+pub async fn claim(load: &Load, flow: &str) -> anyhow::Result<Arm> {
+    let (client, url) = (load.client.clone(), load.url("/v1/work/claim"));
+    let flow = flow.to_string();
+    load.drive("claims, max 1", Stop::Elapsed, move |call| {
+        let (client, url) = (client.clone(), url.clone());
+        let body = json!({"worker": format!("bench-{}", call.caller), "flows": [flow], "max": 1});
+        async move {
+            let mut unavailable = false;
+            let response = loop {
+                let response = client.post(&url).json(&body).send().await?;
+                if response.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                    break response;
+                }
+                unavailable = true;
+                tokio::time::sleep(RETRY_AFTER_UNAVAILABLE).await;
+            };
+            let answer: ClaimAnswer = response.error_for_status()?.json().await?;
+            Ok(match (answer.outcome.as_str(), unavailable) {
+                ("empty", _) => None,
+                ("claimed", false) => Some("claimed"),
+                ("claimed", true) => Some("claimed after a 503"),
+                _ => Some("deferred"),
+            })
+        }
+    })
+    .await
+}
+
+/// The transaction a claim of one item of one flow runs on its enforced quota
+/// (first look, take, lock the most urgent item, lease it), as the claim arm
+/// asks it, replayed by pgbench with the service's own statements on a queue
+/// of its own (flow `quota`).
+pub async fn raw_claim_baseline(
+    pgbench: &Pgbench,
+    store: &Store,
+    quota: &str,
+) -> anyhow::Result<Arm> {
+    let items = RAW_CLAIMS_PER_SECOND_AT_MOST * pgbench.duration.as_secs().max(1) as i32;
+    sqlx::query_file!("sql/fill_queue.sql", quota, items)
+        .execute(store.pool())
+        .await?;
+    let (name, flows) = (
+        text_literal(quota),
+        format!("ARRAY[{}]", text_literal(quota)),
+    );
+    let (ceiling, horizon) = (UNREACHABLE_CEILING.to_string(), "900");
+    let script = [
+        "BEGIN;".to_string(),
+        with_literals(
+            include_str!("../../sql/work_first_look.sql"),
+            &[&flows, horizon, "1", &flows, &flows],
+        ) + ";",
+        with_literals(
+            include_str!("../../sql/take_slots.sql"),
+            &[&name, "1", &ceiling],
+        ) + ";",
+        with_literals(
+            include_str!("../../sql/work_candidates.sql"),
+            &[&flows, &flows, horizon, "1"],
+        ) + " \\gset",
+        with_literals(
+            include_str!("../../sql/work_claim.sql"),
+            &[
+                "ARRAY[:id]",
+                "'pgbench'",
+                "300",
+                "ARRAY['granted']",
+                "ARRAY[NULL::bigint]",
+            ],
+        ) + ";",
+        "COMMIT;\n".to_string(),
+    ]
+    .join("\n");
+    pgbench.run("claim transaction (pgbench)", &script).await
+}

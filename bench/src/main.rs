@@ -1,0 +1,314 @@
+//! quota-arbiter-bench: decisions per second and latency of a real
+//! `quota-arbiter serve` process, one arm per kind of quota, beside pgbench
+//! replaying the service's own statements on the same database in the same
+//! run; then the ratios the project targets, the service's resident memory,
+//! and checks that speed cost no exactness. A measuring tool, not a test: it
+//! prints what it measured and asserts nothing.
+
+mod claims;
+mod cpu;
+mod drive;
+mod exactness;
+mod pgbench;
+mod report;
+mod reserve;
+mod server;
+mod setup;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::Parser;
+use quota_arbiter::catalog::{Mode, QuotaSettings, MAX_RATE};
+use quota_arbiter::config::Config;
+use quota_arbiter::store::Store;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::drive::{Arm, Load, Stop};
+use crate::pgbench::{text_literal, with_literals, Pgbench};
+use crate::report::Measured;
+use crate::server::Service;
+use crate::setup::{declare, declare_many, UNREACHABLE_CEILING};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "quota-arbiter-bench",
+    version,
+    about = "Measure a quota-arbiter service process arm by arm, beside pgbench baselines"
+)]
+struct Args {
+    /// The database the service and pgbench use: a scratch one (created and
+    /// migrated if needed; each run adds its own bench-* quotas).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// The service binary [default: quota-arbiter next to this binary].
+    #[arg(long)]
+    server: Option<PathBuf>,
+    /// The service's QUOTA_MAX_CONNECTIONS [default: the service's own default].
+    #[arg(long)]
+    server_max_connections: Option<u32>,
+    /// Concurrent callers in every arm, and pgbench clients.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// How long each arm runs (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Budget-only quotas of the many-quotas arm; each request picks one at random.
+    #[arg(long, default_value_t = 1000)]
+    quotas: usize,
+    /// Ceiling of the over-demand check and of the observed quota.
+    #[arg(long, default_value_t = 500)]
+    ceiling: i64,
+    /// Cadence check: sustained tokens per second.
+    #[arg(long, default_value_t = 100.0)]
+    cadence_rate: f64,
+    /// Cadence check: bucket size.
+    #[arg(long, default_value_t = 10.0)]
+    cadence_burst: f64,
+    /// Skip the pending-work arms (enqueue, claims) and their baseline.
+    #[arg(long)]
+    no_claims: bool,
+    /// The pgbench that runs the baselines.
+    #[arg(long, default_value = "pgbench")]
+    pgbench: PathBuf,
+    /// Skip the pgbench baselines (their ratios then read n/a).
+    #[arg(long)]
+    no_pgbench: bool,
+}
+
+/// `max_in_flight` of the in-flight arm.
+const IN_FLIGHT_PLACES: i32 = 10_000;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The names of one run's quotas and flows, all under the run's tag.
+struct Names {
+    tag: String,
+}
+
+impl Names {
+    fn of(&self, what: &str) -> String {
+        format!("{}-{what}", self.tag)
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
+    anyhow::ensure!(args.quotas > 0, "--quotas must be at least 1");
+    let load_at_start = load_average();
+    let binary = server::binary(args.server.clone())?;
+    server::migrate(&binary, &args.database_url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&args.database_url)
+        .await
+        .context("connecting to DATABASE_URL")?;
+    let store = Store::new(pool);
+    let synchronous_commit = sqlx::query_file_scalar!("sql/synchronous_commit.sql")
+        .fetch_one(store.pool())
+        .await?;
+
+    let names = Names {
+        tag: format!("bench-{}-{}", std::process::id(), Utc::now().timestamp()),
+    };
+    declare_run(&store, &names, &args).await?;
+
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let service = Service::start(
+        &binary,
+        &args.database_url,
+        args.server_max_connections,
+        &client,
+    )
+    .await?;
+    let (c, d) = (args.concurrency, args.duration);
+    let load = Load {
+        client,
+        base: service.base.clone(),
+        concurrency: c,
+        duration: d,
+    };
+    let options = store.pool().connect_options();
+    let database = options
+        .get_database()
+        .unwrap_or(options.get_username())
+        .to_string();
+    let (pid, db) = (service.pid(), database.as_str());
+    let one = |flow: String| move || flow.clone();
+
+    // Each baseline runs right before the arm it is compared with (the
+    // service idles meanwhile), so that other work on the machine weighs on
+    // both alike.
+    let pgbench = (!args.no_pgbench).then(|| Pgbench {
+        program: args.pgbench.clone(),
+        database_url: args.database_url.clone(),
+        database: database.clone(),
+        concurrency: c,
+        duration: d,
+    });
+    let reserve_slots = include_str!("../../sql/reserve_slots.sql");
+    let ceiling = UNREACHABLE_CEILING.to_string();
+
+    let healthz = cpu::metered(pid, db, reserve::healthz(&load)).await?;
+    let hot = text_literal(&names.of("pg-hot"));
+    let script = with_literals(reserve_slots, &[&hot, "1", &ceiling, "false"]) + ";\n";
+    let bare_hot = baseline(pgbench.as_ref(), "bare upsert, hot row (pgbench)", &script).await?;
+    let name = "budget only, enforce";
+    let enforce = reserve::arm(&load, name, Stop::Elapsed, one(names.of("enforce")));
+    let enforce = cpu::metered(pid, db, enforce).await?;
+    let name = format!("budget only, observe (ceiling {})", args.ceiling);
+    let observe = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("observe")));
+    let observe = cpu::metered(pid, db, observe).await?;
+    let name = "with cadence (never refusing), enforce";
+    let cadence = reserve::arm(&load, name, Stop::Elapsed, one(names.of("cadence")));
+    let cadence = cpu::metered(pid, db, cadence).await?;
+    let name = format!("max_in_flight {IN_FLIGHT_PLACES}, enforce");
+    let in_flight = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("in-flight")));
+    let in_flight = cpu::metered(pid, db, in_flight).await?;
+    let quotas = args.quotas;
+    let spread = format!("({} || :q)", text_literal(&names.of("pg-spread-")));
+    let script = format!("\\set q random(1, {quotas})\n")
+        + &with_literals(reserve_slots, &[&spread, "1", &ceiling, "false"])
+        + ";\n";
+    let name = format!("bare upsert, {quotas} rows (pgbench)");
+    let bare_spread = baseline(pgbench.as_ref(), &name, &script).await?;
+    let spread = names.of("spread-");
+    let random_quota = move || format!("{spread}{}", fastrand::usize(1..=quotas));
+    let name = format!("{quotas} budget-only quotas, enforce");
+    let many_quotas = reserve::arm(&load, &name, Stop::Elapsed, random_quota);
+    let many_quotas = cpu::metered(pid, db, many_quotas).await?;
+    let (mut enqueue, mut claims, mut raw_claim) = (None, None, None);
+    if !args.no_claims {
+        let work = names.of("work");
+        let enqueued = claims::enqueue(&load, &work);
+        enqueue = Some(cpu::metered(pid, db, enqueued).await?);
+        let claimed = claims::claim(&load, &work);
+        claims = Some(cpu::metered(pid, db, claimed).await?);
+        if let Some(pgbench) = &pgbench {
+            let quota = names.of("pg-claim");
+            raw_claim = Some(claims::raw_claim_baseline(pgbench, &store, &quota).await?);
+        }
+    }
+    let over_demand = exactness::over_demand(&load, &names.of("capped"), args.ceiling).await?;
+    let cadence_check = (args.cadence_rate, args.cadence_burst);
+    let paced = exactness::paced_grants(&load, &names.of("paced"), cadence_check).await?;
+    let memory = service.resident_memory()?;
+    service.stop().await?;
+
+    let catalog_quotas = sqlx::query_file_scalar!("sql/catalog_size.sql")
+        .fetch_one(store.pool())
+        .await?;
+    let measured = Measured {
+        healthz,
+        enforce,
+        observe,
+        cadence,
+        in_flight,
+        many_quotas,
+        enqueue,
+        claims,
+        bare_hot,
+        bare_spread,
+        raw_claim,
+        memory,
+        quotas,
+    };
+    println!(
+        "quota-arbiter-bench, {}: {c} concurrent callers, {d:?} per arm",
+        Utc::now().format("%Y-%m-%d %H:%M UTC"),
+    );
+    println!(
+        "service pool of {} connections, {catalog_quotas} quotas in the catalog, synchronous_commit = {synchronous_commit}",
+        args.server_max_connections
+            .unwrap_or(Config::default().max_connections)
+    );
+    println!(
+        "load average of the machine (1, 5, 15 min): {load_at_start} at the start, {} at the end",
+        load_average()
+    );
+    report::print_arms(&measured.arms());
+    println!();
+    report::print_targets(&measured.targets());
+    println!();
+    println!(
+        "service resident memory: VmRSS {} kB after the run, VmHWM (peak) {} kB",
+        memory.now_kb, memory.peak_kb
+    );
+    println!("{over_demand}");
+    println!("{paced}");
+    Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages of the machine: other work on it
+/// moves every figure of the run.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// The quotas and flows of every arm, before the service starts.
+async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Result<()> {
+    let far = QuotaSettings::sized(UNREACHABLE_CEILING);
+    let never_refusing = QuotaSettings {
+        rate: Some(MAX_RATE),
+        burst: Some(MAX_RATE),
+        adaptive: false,
+        ..far.clone()
+    };
+    let in_flight = QuotaSettings {
+        max_in_flight: Some(IN_FLIGHT_PLACES),
+        ..far.clone()
+    };
+    let paced = QuotaSettings {
+        rate: Some(args.cadence_rate),
+        burst: Some(args.cadence_burst),
+        adaptive: false,
+        ..far.clone()
+    };
+    let capped = QuotaSettings::sized(args.ceiling);
+    let (enforce, observe) = (Some(Mode::Enforce), Some(Mode::Observe));
+    declare(store, &names.of("enforce"), &far, enforce).await?;
+    declare(store, &names.of("observe"), &capped, observe).await?;
+    declare(store, &names.of("cadence"), &never_refusing, enforce).await?;
+    declare(store, &names.of("in-flight"), &in_flight, enforce).await?;
+    declare(store, &names.of("work"), &far, enforce).await?;
+    declare(store, &names.of("capped"), &capped, enforce).await?;
+    declare(store, &names.of("paced"), &paced, enforce).await?;
+    declare_many(store, &names.of("spread-"), args.quotas, &far, enforce).await?;
+    declare(store, &names.of("pg-hot"), &far, None).await?;
+    declare(store, &names.of("pg-claim"), &far, None).await?;
+    declare_many(store, &names.of("pg-spread-"), args.quotas, &far, None).await?;
+    Ok(())
+}
+
+/// A pgbench baseline, unless the run skips them.
+async fn baseline(
+    pgbench: Option<&Pgbench>,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<Option<Arm>> {
+    match pgbench {
+        Some(pgbench) => Ok(Some(pgbench.run(name, script).await?)),
+        None => Ok(None),
+    }
+}

@@ -1,0 +1,317 @@
+//! One table for the run: a line per arm, then the ratios the issue sets as
+//! targets, each with its bound and PASS or MISS.
+
+use crate::drive::Arm;
+use crate::server::ResidentMemory;
+
+/// Everything one run measured. Baselines are missing with --no-pgbench,
+/// the work arms with --no-claims.
+pub struct Measured {
+    pub healthz: Arm,
+    pub enforce: Arm,
+    pub observe: Arm,
+    pub cadence: Arm,
+    pub in_flight: Arm,
+    pub many_quotas: Arm,
+    pub enqueue: Option<Arm>,
+    pub claims: Option<Arm>,
+    pub bare_hot: Option<Arm>,
+    pub bare_spread: Option<Arm>,
+    pub raw_claim: Option<Arm>,
+    pub memory: ResidentMemory,
+    /// How many quotas the many-quotas arm spreads over.
+    pub quotas: usize,
+}
+
+impl Measured {
+    /// In the order they ran: each baseline next to the arm it is compared with.
+    pub fn arms(&self) -> Vec<&Arm> {
+        [
+            Some(&self.healthz),
+            self.bare_hot.as_ref(),
+            Some(&self.enforce),
+            Some(&self.observe),
+            Some(&self.cadence),
+            Some(&self.in_flight),
+            self.bare_spread.as_ref(),
+            Some(&self.many_quotas),
+            self.enqueue.as_ref(),
+            self.claims.as_ref(),
+            self.raw_claim.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    pub fn targets(&self) -> Vec<Target> {
+        let rate = |arm: &Arm, baseline: Option<&Arm>| {
+            baseline.map(|baseline| arm.per_second / baseline.per_second)
+        };
+        let bare = self.bare_hot.as_ref();
+        let quotas = self.quotas;
+        let mut targets = vec![
+            Target::times(
+                "budget enforce / bare upsert, hot row",
+                rate(&self.enforce, bare),
+                25.0,
+            ),
+            Target {
+                what: "budget enforce / GET /healthz".into(),
+                measured: rate(&self.enforce, Some(&self.healthz)).map(|r| r * 100.0),
+                bound: Bound::AtLeast(70.0),
+                unit: Unit::Percent,
+            },
+            Target::times(
+                "cadence / bare upsert, hot row",
+                rate(&self.cadence, bare),
+                10.0,
+            ),
+            Target::times(
+                "max_in_flight / bare upsert, hot row",
+                rate(&self.in_flight, bare),
+                10.0,
+            ),
+        ];
+        if let Some(claims) = &self.claims {
+            targets.push(Target::times(
+                "claims / claim transaction",
+                rate(claims, self.raw_claim.as_ref()),
+                5.0,
+            ));
+        }
+        targets.push(Target::times(
+            &format!("{quotas} quotas / bare upsert, {quotas} rows"),
+            rate(&self.many_quotas, self.bare_spread.as_ref()),
+            2.0,
+        ));
+        let worst = self
+            .arms()
+            .into_iter()
+            .filter(|arm| arm.through_service)
+            .filter_map(|arm| Some((arm.p99_ms?, &arm.name)))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        targets.push(Target {
+            what: match worst {
+                Some((_, name)) => format!("p99 of every service arm (worst: {name})"),
+                None => "p99 of every service arm".into(),
+            },
+            measured: worst.map(|(p99, _)| p99),
+            bound: Bound::AtMost(10.0),
+            unit: Unit::Milliseconds,
+        });
+        targets.push(Target {
+            what: "service resident memory after the run".into(),
+            measured: Some(self.memory.now_kb as f64 * 1024.0 / 1e6),
+            bound: Bound::AtMost(64.0),
+            unit: Unit::Megabytes,
+        });
+        targets
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Bound {
+    AtLeast(f64),
+    AtMost(f64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Unit {
+    Times,
+    Percent,
+    Milliseconds,
+    Megabytes,
+}
+
+impl Unit {
+    /// A measured value, to the precision that means something for it.
+    fn show(self, value: f64) -> String {
+        let decimals = match self {
+            Unit::Times => 2,
+            Unit::Percent => 0,
+            Unit::Milliseconds | Unit::Megabytes => 1,
+        };
+        format!("{value:.decimals$}{}", self.suffix())
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Unit::Times => "x",
+            Unit::Percent => " %",
+            Unit::Milliseconds => " ms",
+            Unit::Megabytes => " MB",
+        }
+    }
+}
+
+/// One target: what is compared, what was measured (`None`: its baseline was
+/// not run), and the bound it must keep.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub what: String,
+    pub measured: Option<f64>,
+    pub bound: Bound,
+    pub unit: Unit,
+}
+
+impl Target {
+    fn times(what: &str, measured: Option<f64>, at_least: f64) -> Self {
+        Self {
+            what: what.to_string(),
+            measured,
+            bound: Bound::AtLeast(at_least),
+            unit: Unit::Times,
+        }
+    }
+
+    pub fn verdict(&self) -> &'static str {
+        match (self.measured, self.bound) {
+            (None, _) => "n/a",
+            (Some(v), Bound::AtLeast(bound)) if v >= bound => "PASS",
+            (Some(v), Bound::AtMost(bound)) if v <= bound => "PASS",
+            (Some(_), _) => "MISS",
+        }
+    }
+
+    fn bound_shown(&self) -> String {
+        let (sign, bound) = match self.bound {
+            Bound::AtLeast(bound) => (">=", bound),
+            Bound::AtMost(bound) => ("<=", bound),
+        };
+        format!("{sign} {bound}{}", self.unit.suffix())
+    }
+}
+
+const NAME_WIDTH: usize = 38;
+
+pub fn print_arms(arms: &[&Arm]) {
+    println!(
+        "{:<NAME_WIDTH$} {:>11} {:>8} {:>8} {:>9} {:>9}  answers",
+        "arm", "per second", "p50 ms", "p99 ms", "svc us/op", "db us/op"
+    );
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    let us = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
+    for arm in arms {
+        println!(
+            "{:<NAME_WIDTH$} {:>11.0} {:>8} {:>8} {:>9} {:>9}  {}",
+            arm.name,
+            arm.per_second,
+            ms(arm.p50_ms),
+            ms(arm.p99_ms),
+            us(arm.cpu_per_answer_us(arm.cpu.service_seconds)),
+            us(arm.cpu_per_answer_us(arm.cpu.database_seconds)),
+            arm.answer_shares()
+        );
+    }
+}
+
+pub fn print_targets(targets: &[Target]) {
+    let width = targets.iter().map(|t| t.what.len()).max().unwrap_or(0);
+    println!(
+        "{:<width$} {:>10} {:>10}  verdict",
+        "target", "measured", "bound"
+    );
+    for target in targets {
+        let measured = target
+            .measured
+            .map_or_else(|| "-".to_string(), |v| target.unit.show(v));
+        println!(
+            "{:<width$} {:>10} {:>10}  {}",
+            target.what,
+            measured,
+            target.bound_shown(),
+            target.verdict()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm(name: &str, per_second: f64, p99_ms: f64, through_service: bool) -> Arm {
+        Arm {
+            name: name.into(),
+            per_second,
+            p50_ms: Some(p99_ms / 2.0),
+            p99_ms: Some(p99_ms),
+            answers: Vec::new(),
+            through_service,
+            cpu: Default::default(),
+        }
+    }
+
+    fn measured() -> Measured {
+        Measured {
+            healthz: arm("healthz", 40_000.0, 3.0, true),
+            enforce: arm("enforce", 30_000.0, 4.0, true),
+            observe: arm("observe", 29_000.0, 4.0, true),
+            cadence: arm("cadence", 2_000.0, 65.0, true),
+            in_flight: arm("in flight", 20_000.0, 9.0, true),
+            many_quotas: arm("many", 32_000.0, 8.0, true),
+            enqueue: None,
+            claims: Some(arm("claims", 300.0, 500.0, true)),
+            bare_hot: Some(arm("bare hot", 2_000.0, 90.0, false)),
+            bare_spread: Some(arm("bare spread", 16_000.0, 200.0, false)),
+            raw_claim: None,
+            memory: ResidentMemory {
+                now_kb: 30_000,
+                peak_kb: 31_000,
+            },
+            quotas: 1000,
+        }
+    }
+
+    fn verdicts(measured: &Measured) -> Vec<(String, Option<f64>, &'static str)> {
+        measured
+            .targets()
+            .into_iter()
+            .map(|t| {
+                let verdict = t.verdict();
+                (
+                    t.what,
+                    t.measured.map(|v| (v * 100.0).round() / 100.0),
+                    verdict,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_target_compares_its_arms_with_its_bound() {
+        let shown = verdicts(&measured());
+        let expected = [
+            ("budget enforce / bare upsert, hot row", Some(15.0), "MISS"),
+            ("budget enforce / GET /healthz", Some(75.0), "PASS"),
+            ("cadence / bare upsert, hot row", Some(1.0), "MISS"),
+            ("max_in_flight / bare upsert, hot row", Some(10.0), "PASS"),
+            ("claims / claim transaction", None, "n/a"),
+            ("1000 quotas / bare upsert, 1000 rows", Some(2.0), "PASS"),
+            (
+                "p99 of every service arm (worst: claims)",
+                Some(500.0),
+                "MISS",
+            ),
+            ("service resident memory after the run", Some(30.72), "PASS"),
+        ];
+        let expected: Vec<_> = expected
+            .into_iter()
+            .map(|(what, v, verdict)| (what.to_string(), v, verdict))
+            .collect();
+        assert_eq!(shown, expected);
+    }
+
+    #[test]
+    fn baselines_never_count_as_the_worst_service_p99() {
+        let mut run = measured();
+        run.claims = None;
+        let p99 = run
+            .targets()
+            .into_iter()
+            .find(|t| t.what.starts_with("p99"));
+        let p99 = p99.unwrap();
+        assert_eq!(p99.what, "p99 of every service arm (worst: cadence)");
+        assert_eq!((p99.measured, p99.verdict()), (Some(65.0), "MISS"));
+    }
+}

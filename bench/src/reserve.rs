@@ -1,0 +1,94 @@
+//! `POST /v1/reserve` arms: every caller asks for one slot of a flow, again
+//! and again; each answer is counted by its outcome and limit. And the HTTP
+//! floor under them.
+
+use chrono::{DateTime, Utc};
+use quota_arbiter::decision::{Limit, Outcome};
+use serde::Deserialize;
+
+use crate::drive::{Arm, Load, Stop};
+
+/// The part of a decision the bench reads.
+#[derive(Debug, Deserialize)]
+pub struct Answer {
+    pub outcome: Outcome,
+    would_defer: bool,
+    limit: Option<Limit>,
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+impl Answer {
+    /// What an arm counts this answer as.
+    pub fn label(&self) -> &'static str {
+        match (self.outcome, self.limit, self.would_defer) {
+            (Outcome::Granted, _, false) => "granted",
+            (Outcome::Granted, _, true) => "granted (would defer)",
+            (Outcome::Deferred, Some(Limit::Budget), _) => "deferred budget",
+            (Outcome::Deferred, Some(Limit::Cadence), _) => "deferred cadence",
+            (Outcome::Deferred, Some(Limit::InFlight), _) => "deferred in_flight",
+            (Outcome::Deferred, None, _) => "deferred",
+            (Outcome::Bypassed, ..) => "bypassed",
+            (Outcome::Unthrottled, ..) => "unthrottled",
+        }
+    }
+}
+
+/// One slot of `flow`, as a worker asks before an emission (`url`: the
+/// service's `/v1/reserve`).
+pub async fn reserve(client: &reqwest::Client, url: &str, flow: &str) -> anyhow::Result<Answer> {
+    let response = client
+        .post(url)
+        .json(&serde_json::json!({ "flow": flow }))
+        .send()
+        .await?;
+    Ok(response.error_for_status()?.json().await?)
+}
+
+/// Callers reserving on the flows `pick` names until `stop`, each answer
+/// counted by its outcome and limit.
+pub async fn arm(
+    load: &Load,
+    name: &str,
+    stop: Stop,
+    pick: impl Fn() -> String + Clone + Send + Sync + 'static,
+) -> anyhow::Result<Arm> {
+    let (client, url) = (load.client.clone(), load.url("/v1/reserve"));
+    load.drive(name, stop, move |_| {
+        let (client, url, flow) = (client.clone(), url.clone(), pick());
+        async move { Ok(Some(reserve(&client, &url, &flow).await?.label())) }
+    })
+    .await
+}
+
+/// `GET /healthz`: what the HTTP stack alone answers per second, the floor
+/// under every other arm.
+pub async fn healthz(load: &Load) -> anyhow::Result<Arm> {
+    let (client, url) = (load.client.clone(), load.url("/healthz"));
+    load.drive("GET /healthz (HTTP floor)", Stop::Elapsed, move |_| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            client.get(&url).send().await?.error_for_status()?;
+            Ok(Some("ok"))
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Answer;
+
+    fn label(json: &str) -> &'static str {
+        serde_json::from_str::<Answer>(json).unwrap().label()
+    }
+
+    #[test]
+    fn answers_are_counted_by_outcome_and_limit() {
+        let granted = r#"{"outcome":"granted","flow":"f","would_defer":false,"limit":null}"#;
+        assert_eq!(label(granted), "granted");
+        let observed = r#"{"outcome":"granted","would_defer":true,"limit":"budget"}"#;
+        assert_eq!(label(observed), "granted (would defer)");
+        let held = r#"{"outcome":"deferred","would_defer":false,"limit":"in_flight"}"#;
+        assert_eq!(label(held), "deferred in_flight");
+    }
+}

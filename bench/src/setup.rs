@@ -1,0 +1,61 @@
+//! The quotas and flows of one run, written through the service's own
+//! catalog code before the service starts (so it loads them at once). Every
+//! name starts with the run's tag: runs never share a row.
+
+use quota_arbiter::catalog::{FlowSettings, Mode, QuotaSettings, DEFAULT_PRIORITY};
+use quota_arbiter::store::Store;
+
+const ACTOR: &str = "bench";
+
+/// Catalog writes in flight at once while declaring many quotas.
+const WRITERS: usize = 8;
+
+/// A ceiling no run can reach: throughput arms measure decisions that find
+/// room, not refusals.
+pub const UNREACHABLE_CEILING: i64 = 1 << 50;
+
+/// A quota of this name with `settings`, and with `mode` a flow of the same
+/// name that spends it (none for a quota only pgbench uses).
+pub async fn declare(
+    store: &Store,
+    name: &str,
+    settings: &QuotaSettings,
+    mode: Option<Mode>,
+) -> anyhow::Result<()> {
+    store.put_quota(ACTOR, name, settings).await?;
+    if let Some(mode) = mode {
+        let flow = FlowSettings {
+            quota: name.to_string(),
+            mode,
+            priority: DEFAULT_PRIORITY,
+            enforce_percent: None,
+        };
+        store.put_flow(ACTOR, name, &flow, None).await?;
+    }
+    Ok(())
+}
+
+/// [`declare`] for `{prefix}1` … `{prefix}{count}`, a few at a time.
+pub async fn declare_many(
+    store: &Store,
+    prefix: &str,
+    count: usize,
+    settings: &QuotaSettings,
+    mode: Option<Mode>,
+) -> anyhow::Result<()> {
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let (store, prefix, settings) = (store.clone(), prefix.to_string(), settings.clone());
+            tokio::spawn(async move {
+                for n in (1..=count).skip(writer).step_by(WRITERS) {
+                    declare(&store, &format!("{prefix}{n}"), &settings, mode).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await??;
+    }
+    Ok(())
+}
