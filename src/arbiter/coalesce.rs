@@ -478,3 +478,61 @@ fn reservation(take: &Take, refusal: Option<Limit>) -> Reservation {
         lease: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn made(id: i64, ask: usize) -> LabelledLease {
+        LabelledLease {
+            lease: Lease {
+                id,
+                valid_until: DateTime::UNIX_EPOCH,
+            },
+            ask,
+        }
+    }
+
+    fn flows(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn each_holder_gets_a_lease_made_for_its_flow_when_one_is_left() {
+        // Leases made for asks 0 and 1 (flows a, b); asks 1 and 2 are granted.
+        let handout = hand_out(
+            &[made(10, 0), made(11, 1)],
+            &flows(&["a", "b", "a"]),
+            &[1, 2],
+        );
+        assert_eq!(
+            handout.leases,
+            [None, Some(made(11, 1).lease), Some(made(10, 0).lease)]
+        );
+        assert!(handout.handed.is_empty());
+        assert!(handout.unused.is_empty());
+    }
+
+    #[test]
+    fn a_lease_made_for_another_flow_is_handed_over_and_the_rest_freed() {
+        // Ask 0 (flow a, 2 slots) did not fit; ask 1 (flow b) holds the lease
+        // made for ask 0, handed over to b; the lease made for ask 2 is unused.
+        let handout = hand_out(&[made(10, 0), made(12, 2)], &flows(&["a", "b", "c"]), &[1]);
+        assert_eq!(handout.leases, [None, Some(made(10, 0).lease), None]);
+        assert_eq!(handout.handed_over, [false, true, false]);
+        assert_eq!(handout.handed, [(10, "b".to_string())]);
+        assert_eq!(handout.unused, [12]);
+    }
+
+    #[test]
+    fn no_lease_is_held_twice() {
+        let leases = [made(10, 0), made(11, 1), made(12, 2)];
+        let handout = hand_out(&leases, &flows(&["a", "a", "b", "b"]), &[0, 2, 3]);
+        let held: Vec<i64> = handout.leases.iter().flatten().map(|l| l.id).collect();
+        let mut distinct = held.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!((held.len(), distinct.len()), (3, 3), "{held:?}");
+        assert_eq!(handout.handed, [(11, "b".to_string())]);
+    }
+}

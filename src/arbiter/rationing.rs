@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn observe_mode_on_a_cadence_names_the_budget_before_the_tokens() {
-        let asks = [ask(2, 10, 0), ask(2, 10, 1), ask(1, 10, 2), ask(1, 8, 3)];
+        let asks = [ask(2, 10, 0), ask(2, 10, 1), ask(1, 10, 2), ask(1, 7, 3)];
         // 3 tokens: the second ask finds 1, the third none; the last is past
         // its ceiling too, and the window outranks the tokens.
         assert_eq!(
