@@ -13,3 +13,8 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 DROP SEQUENCE lease_id_seq;
+
+-- Free places (never leased: -infinity; expired: in the past) and the first
+-- lease to expire, found by an index range scan rather than by reading every
+-- place of a quota: a quota may have 10,000 of them, most of them leased.
+CREATE INDEX quota_place_free_from ON quota_place (quota, (coalesce(valid_until, '-infinity')));

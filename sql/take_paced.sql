@@ -41,13 +41,14 @@ WITH clock AS (
                  factor, tokens, refilled_at
           FROM bucket) e, clock c
 ), free AS (
+    -- Never leased, or expired (quota_place_free_from is the index).
     SELECT s.place
-    FROM quota_place s, clock c
+    FROM quota_place s
     WHERE s.quota = $1::text AND $5::boolean AND NOT $9::boolean
-      AND (s.valid_until IS NULL OR s.valid_until <= c.now)
+      AND coalesce(s.valid_until, '-infinity') <= (SELECT now FROM clock)
       -- Evaluated before the first place is locked: the bucket row comes first.
       AND (SELECT count(*) FROM available) >= 0
-    ORDER BY s.place
+    ORDER BY coalesce(s.valid_until, '-infinity')
     LIMIT cardinality($2::bigint[])
     FOR UPDATE OF s SKIP LOCKED
 ), places AS (
@@ -141,7 +142,9 @@ SELECT c.window_start                                   AS "window_start!",
        (SELECT coalesce(array_agg(valid_until ORDER BY ord), '{}') FROM leased) AS "lease_valid_until!",
        (SELECT coalesce(array_agg(ord ORDER BY ord), '{}') FROM leased)         AS "lease_asks!",
        -- When the first lease expires: the earliest a place frees by itself.
-       least((SELECT min(s.valid_until) FROM quota_place s WHERE s.quota = $1::text AND s.valid_until > c.now),
+       least((SELECT coalesce(s.valid_until, '-infinity') FROM quota_place s
+              WHERE s.quota = $1::text AND coalesce(s.valid_until, '-infinity') > c.now
+              ORDER BY coalesce(s.valid_until, '-infinity') LIMIT 1),
              (SELECT min(valid_until) FROM leased))     AS "first_lease_expiry?"
 FROM clock c
 CROSS JOIN before o

@@ -590,3 +590,45 @@ async fn concurrent_observations_of_a_cadence_say_which_would_have_waited(pool: 
         "the tokens went as far as they could: {tokens}"
     );
 }
+
+#[sqlx::test]
+async fn tokens_taken_for_a_refused_ask_of_a_group_go_back(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 10, "invoice", "enforce").await;
+    create_flow(&pool, "api", 10, "sync", "enforce").await;
+    sqlx::query("UPDATE flow SET priority = CASE name WHEN 'invoice' THEN 1 ELSE 3 END")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // Practically no refill; priority 3 stops at 5 of 10.
+    set_limits(
+        &pool,
+        "api",
+        "rate = 0.001, burst = 10, adaptive = false, priority3_share = 50",
+    )
+    .await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let filled = app.reserve(json!({"flow": "sync", "count": 5})).await;
+    assert_eq!(filled.outcome, Outcome::Granted);
+    // One group: the take carries 4 slots and 4 tokens, rationing grants the
+    // 3 of priority 1 and refuses the 1 of priority 3 past its half.
+    let batch = app
+        .post_json(
+            "/v1/reserve/batch",
+            json!({"items": [{"flow": "invoice", "count": 3}, {"flow": "sync"}]}),
+        )
+        .await;
+    let limits: Vec<(&str, Option<&str>)> = batch["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["outcome"].as_str().unwrap(), d["limit"].as_str()))
+        .collect();
+    assert_eq!(limits, [("granted", None), ("deferred", Some("budget"))]);
+    assert_eq!(current_count(&pool, "api").await, 8);
+    let (tokens, _) = bucket(&pool, "api").await;
+    assert!(
+        (tokens - 2.0).abs() < 0.05,
+        "10 - 5 - 3 tokens kept: {tokens}"
+    );
+}
