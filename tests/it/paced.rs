@@ -14,7 +14,11 @@ use quota_arbiter::store::{PacedAsks, PacedGiveBack, Store};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, eventually, pin_clock, set_limits, TestApp};
+use crate::helpers::{
+    create_flow, current_count, eventually, hold_time_samples, pin_clock, set_limits,
+    sync_and_invoice, TestApp,
+};
+use crate::work::enqueue_n;
 
 /// The bucket's stored state: tokens, and the database time they were counted at.
 async fn bucket(pool: &PgPool, quota: &str) -> (f64, DateTime<Utc>) {
@@ -376,12 +380,7 @@ async fn cadence_places_headroom_and_claims_together_never_over_grant(pool: PgPo
     // Priority 1 asks 2 slots at a time, priority 3 one; priority 3 stops at
     // half the ceiling. The tokens run short of the 2-slot asks before the
     // 1-slot ones, so a place made for one flow is often granted to the other.
-    create_flow(&pool, "mix", 60, "invoice", "enforce").await;
-    create_flow(&pool, "mix", 60, "sync", "enforce").await;
-    sqlx::query("UPDATE flow SET priority = CASE name WHEN 'invoice' THEN 1 ELSE 3 END")
-        .execute(&pool)
-        .await
-        .unwrap();
+    sync_and_invoice(&pool, "mix", 60).await;
     set_limits(
         &pool,
         "mix",
@@ -390,17 +389,7 @@ async fn cadence_places_headroom_and_claims_together_never_over_grant(pool: PgPo
     .await;
     let (_, start) = bucket(&pool, "mix").await;
     let app = Arc::new(TestApp::spawn(pool.clone()).await);
-    for i in 0..40 {
-        let item = json!({"flow": "invoice", "payload": {"n": i}});
-        let response = app
-            .client
-            .post(format!("{}/v1/work", app.base))
-            .json(&item)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 201);
-    }
+    enqueue_n(&app, "invoice", 40).await;
     let seen = Arc::new(Seen::default());
     seen.slots.lock().unwrap().extend([0, 0, 0]);
     let until = Instant::now() + Duration::from_millis(2500);
@@ -534,13 +523,8 @@ async fn late_grants_of_a_group_give_back_their_slots_and_free_their_places(pool
     // The group's statement went through once the lock was gone; nobody
     // emits on its grants: their slots go back and their places are freed
     // (each freed place feeds the flow's hold time: 1 + 4 samples).
-    let samples = eventually(Duration::from_secs(5), 5, || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT samples FROM flow_lease_duration WHERE flow = 'invoice'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
+    let samples = eventually(Duration::from_secs(5), 5, || {
+        hold_time_samples(&pool, "invoice")
     })
     .await;
     assert_eq!(samples, 5, "four late leases freed");
@@ -594,12 +578,7 @@ async fn concurrent_observations_of_a_cadence_say_which_would_have_waited(pool: 
 #[sqlx::test]
 async fn tokens_taken_for_a_refused_ask_of_a_group_go_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
-    create_flow(&pool, "api", 10, "invoice", "enforce").await;
-    create_flow(&pool, "api", 10, "sync", "enforce").await;
-    sqlx::query("UPDATE flow SET priority = CASE name WHEN 'invoice' THEN 1 ELSE 3 END")
-        .execute(&pool)
-        .await
-        .unwrap();
+    sync_and_invoice(&pool, "api", 10).await;
     // Practically no refill; priority 3 stops at 5 of 10.
     set_limits(
         &pool,
