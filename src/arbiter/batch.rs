@@ -164,7 +164,11 @@ impl Arbiter {
                 rank: Rank::new(requests[*i].deadline, rule.flow.priority, k as u64),
             })
             .collect();
-        let (wanted, ceiling, _) = rationing::to_take(&asks);
+        let rationing::ToTake {
+            slots: wanted,
+            ceiling,
+            ..
+        } = rationing::to_take(&asks);
         if ceiling < 1 {
             // The guard runs before the upsert, as in the single decision.
             let clock = self.bounded(self.store.read_clock(), "read_clock").await?;

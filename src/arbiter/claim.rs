@@ -1,24 +1,22 @@
 //! Claims from the pending-work registry (global rationing across workers).
-//! One transaction per claim. A first look locks the due items (leased as
-//! `bypassed`, without a reservation) and the items of never-throttled flows,
-//! and finds which enforced flows have work; observed lanes are locked next.
-//! Last, each enforced quota with work, in name order (so claims never
-//! deadlock on quota rows), locks free in-flight places if it has
-//! `max_in_flight`, takes up to `max` slots, which holds its window row until
-//! commit, and only then locks that many of its most urgent items: claims of
-//! one quota follow the queue order exactly. They also queue on that row, so
-//! as little as possible happens between the take and the commit. The
-//! candidates of every lane are merged in rationing order, the best `max` are
-//! leased, and the slots no leased item needs are given back before commit:
-//! slots and claims commit together, and a rollback returns both. Items not
-//! leased are never written, so a deferred claim leaves the queue unchanged.
+//! First, a look that locks nothing says which enforced lanes have work; each
+//! of those quotas then takes up to `max` slots in a statement of its own, in
+//! name order, so a claim holds a quota's window row for that statement only
+//! and claims of one quota no longer queue behind each other's transaction.
+//! One transaction then locks the due items (leased as `bypassed`, without a
+//! reservation), the items of never-throttled and observed flows, and for
+//! each enforced lane as many of its most urgent items as it took slots (and
+//! has free in-flight places); the best `max` in rationing order are leased.
+//! The slots no leased item uses go back right after; if the claim fails or
+//! its caller stops waiting first, all of them go back (an over-count in
+//! between, never an under-count). Items not leased are never written, so a
+//! deferred claim leaves the queue unchanged.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::PgConnection;
 use utoipa::ToSchema;
 
 use super::batch::with_rule;
@@ -28,11 +26,8 @@ use super::{Arbiter, StoreUnavailable};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
-use crate::store::slots::{give_back_slots, take_slots};
-use crate::store::work::{
-    first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, Lane, PlaceLease,
-};
-use crate::store::{first_lease_expiry, take_paced, Refusal, Take, WorkItem};
+use crate::store::claim::{ClaimLane, ClaimLeases, ClaimScope, EnforcedLane};
+use crate::store::{take_paced, Refusal, Store, Take, WorkItem};
 
 /// Most items one claim may lease.
 pub const MAX_CLAIM: i64 = 100;
@@ -128,39 +123,67 @@ impl Lanes {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Due,
-    /// Granted from the take at this index.
-    Enforced(usize),
-    Observed,
-    Unthrottled,
+/// The slots a claim took, until its items are leased: whatever no leased
+/// item uses goes back, and all of them if the claim fails or is dropped.
+struct HeldTakes {
+    store: Store,
+    takes: Vec<(String, Take)>,
+    given_back: bool,
 }
 
-impl Kind {
-    fn outcome(self) -> Outcome {
-        match self {
-            Kind::Due => Outcome::Bypassed,
-            Kind::Enforced(_) | Kind::Observed => Outcome::Granted,
-            Kind::Unthrottled => Outcome::Unthrottled,
+impl HeldTakes {
+    fn new(store: Store) -> Self {
+        Self {
+            store,
+            takes: Vec::new(),
+            given_back: false,
+        }
+    }
+
+    /// Gives back what the leased items do not use (`used[i]` of take i).
+    async fn settle(mut self, used: &[i64]) {
+        let unused: Vec<(String, Take, i64)> = std::mem::take(&mut self.takes)
+            .into_iter()
+            .zip(used)
+            .map(|((quota, take), used)| (quota, take, take.taken - used))
+            .collect();
+        self.given_back = true;
+        give_back(self.store.clone(), unused).await;
+    }
+}
+
+impl Drop for HeldTakes {
+    fn drop(&mut self) {
+        if self.given_back || self.takes.is_empty() {
+            return;
+        }
+        let all = std::mem::take(&mut self.takes)
+            .into_iter()
+            .map(|(quota, take)| (quota, take, take.taken))
+            .collect();
+        tokio::spawn(give_back(self.store.clone(), all));
+    }
+}
+
+/// Slots taken that no leased item uses; failing to give them back leaves an
+/// over-count, never an under-count.
+async fn give_back(store: Store, unused: Vec<(String, Take, i64)>) {
+    for (quota, take, slots) in unused {
+        if slots < 1 {
+            continue;
+        }
+        let window = take.clock.window_start;
+        if let Err(error) = store.give_back_slots(&quota, window, slots).await {
+            tracing::warn!(%error, quota, slots, "claim slots not given back: counted as spent");
         }
     }
 }
 
-/// What one enforced quota's lane took for a claim.
-struct LaneTake {
-    quota: String,
-    take: Take,
-    /// Quotas with `max_in_flight`: the free in-flight places locked for it.
-    free_places: Vec<i32>,
-}
-
+/// What a claim leased, with the takes its enforced items were granted from.
 struct Leased {
-    items: Vec<(WorkItem, Kind)>,
-    takes: Vec<LaneTake>,
-    /// In-flight place leases of the leased items, by item id.
-    place_leases: HashMap<i64, PlaceLease>,
-    /// Of the lanes that had work but took nothing, the limit that lifts first.
+    leases: ClaimLeases,
+    takes: Vec<Take>,
+    /// Of the lanes that had work but got nothing, the limit that lifts first.
     lifts_first: Option<Refusal>,
 }
 
@@ -180,38 +203,35 @@ impl Arbiter {
         let lanes = Lanes::new(&snapshot, request.flows.as_deref());
         let horizon = bypass.horizon().num_milliseconds() as f64 / 1000.0;
         let leased = self
-            .bounded(
-                self.lease_in_one_transaction(&lanes, request, horizon),
-                "claim_work",
-            )
+            .bounded(self.lease_items(&lanes, request, horizon), "claim_work")
             .await?;
-        if leased.items.is_empty() {
+        if leased.leases.items.is_empty() {
             return self
                 .nothing_claimed(request, horizon, leased.lifts_first)
                 .await;
         }
-        let mut items = Vec::with_capacity(leased.items.len());
+        let mut items = Vec::with_capacity(leased.leases.items.len());
         let mut observed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (item, kind) in leased.items {
+        for (item, kind) in leased.leases.items {
             let rule = snapshot.rule(&item.flow);
             let had_deadline = item.deadline.is_some();
             let decision = match (kind, &rule) {
-                (Kind::Due, _) => bypass.grant(&SlotRequest {
+                (ClaimLane::Due, _) => bypass.grant(&SlotRequest {
                     flow: item.flow.clone(),
                     count: 1,
                     deadline: item.deadline,
                     reference: item.reference.clone(),
                 }),
-                (Kind::Enforced(take), Some(rule)) => {
+                (ClaimLane::Enforced(take), Some(rule)) => {
                     let mut decision = with_rule(rule);
-                    decision.window_start = Some(leased.takes[take].take.clock.window_start);
-                    if let Some(place) = leased.place_leases.get(&item.id) {
+                    decision.window_start = Some(leased.takes[take].clock.window_start);
+                    if let Some(place) = leased.leases.place_leases.get(&item.id) {
                         decision.lease_id = Some(place.lease_id);
                         decision.valid_until = Some(place.valid_until);
                     }
                     self.settle(decision, had_deadline, true)
                 }
-                (Kind::Observed, Some(rule)) => {
+                (ClaimLane::Observed, Some(rule)) => {
                     observed
                         .entry(rule.quota.name.clone())
                         .or_default()
@@ -243,79 +263,98 @@ impl Arbiter {
         })
     }
 
-    async fn lease_in_one_transaction(
+    /// Takes the slots of each enforced lane with work, each in a statement
+    /// of its own, then leases items in one transaction, then gives back the
+    /// slots no leased item uses.
+    async fn lease_items(
         &self,
         lanes: &Lanes,
         request: &ClaimRequest,
         horizon_seconds: f64,
     ) -> Result<Leased, sqlx::Error> {
-        let mut tx = self.store.pool().begin().await?;
-        let lane = |flows| Lane {
-            flows,
-            worker_flows: request.flows.as_deref(),
-            horizon_seconds,
-        };
-        let enforced: Vec<String> = lanes
+        let worker_flows = request.flows.as_deref();
+        let enforced_flows: Vec<String> = lanes
             .enforced
             .values()
             .flat_map(|(_, f)| f.clone())
             .collect();
-        let look = first_look(
-            &mut tx,
-            request.flows.as_deref(),
-            horizon_seconds,
-            request.max,
-            &lanes.throttled_flows,
-            &enforced,
-        )
-        .await?;
-        let mut chosen: Vec<(Candidate, Kind)> =
-            look.due.into_iter().map(|c| (c, Kind::Due)).collect();
-        chosen.sort_by_key(|(c, _)| c.rank());
-        let remaining = request.max - chosen.len() as i64;
-        let mut takes = Vec::new();
+        let busy = if enforced_flows.is_empty() {
+            Vec::new()
+        } else {
+            let throttled = &lanes.throttled_flows;
+            let look =
+                self.store
+                    .busy_flows(worker_flows, horizon_seconds, throttled, &enforced_flows);
+            look.await?
+        };
+        let mut held = HeldTakes::new(self.store.clone());
+        let mut enforced = Vec::new();
         let mut lifts_first = None;
-        let mut waiting: Vec<(Candidate, Kind)> = Vec::new();
-        if remaining > 0 {
-            // Lanes that need no slot go first: a claim then holds a quota's
-            // window row only for its take, its lane and the lease.
-            waiting.extend(look.unthrottled.into_iter().map(|c| (c, Kind::Unthrottled)));
-            for (_, flows) in lanes.observed.values() {
-                let found = lock_candidates(&mut tx, &lane(flows), remaining).await?;
-                waiting.extend(found.into_iter().map(|c| (c, Kind::Observed)));
+        for (name, (quota, flows)) in &lanes.enforced {
+            let ceiling = lanes.take_ceilings[name];
+            if ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
+                // The guard: a ceiling below 1 grants nothing.
+                continue;
             }
-            let busy = look.busy;
-            for (name, (quota, flows)) in &lanes.enforced {
-                let ceiling = lanes.take_ceilings[name];
-                if ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
-                    // The guard: a ceiling below 1 grants nothing.
-                    continue;
-                }
-                let (took, stopped_by) = take_for_lane(&mut tx, quota, remaining, ceiling).await?;
-                lifts_first = earliest(lifts_first, stopped_by);
-                let Some(took) = took else {
-                    continue;
-                };
-                let lane = lane(flows);
-                let kind = Kind::Enforced(takes.len());
-                let found = lock_candidates(&mut tx, &lane, took.take.taken).await?;
-                takes.push(took);
-                waiting.extend(found.into_iter().map(|c| (c, kind)));
+            let take = self.take_for_claim(quota, request.max, ceiling).await?;
+            if take.taken == 0 {
+                lifts_first = earliest(lifts_first, take.stopped_by);
+                continue;
             }
+            held.takes.push((name.clone(), take));
+            enforced.push(EnforcedLane {
+                quota,
+                flows,
+                slots: take.taken,
+            });
         }
-        waiting.sort_by_key(|(c, _)| c.rank());
-        waiting.truncate(remaining.max(0) as usize);
-        let place_leases = settle_takes(&mut tx, &takes, &waiting).await?;
-        chosen.extend(waiting);
-        let (worker, lease_seconds) = (&request.worker, request.lease.as_secs_f64());
-        let items = lease_chosen(&mut tx, chosen, &place_leases, worker, lease_seconds).await?;
-        tx.commit().await?;
+        let scope = ClaimScope {
+            worker: &request.worker,
+            worker_flows,
+            max: request.max,
+            lease_seconds: request.lease.as_secs_f64(),
+            horizon_seconds,
+            throttled_flows: &lanes.throttled_flows,
+            observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),
+            enforced,
+        };
+        let leases = self.store.lease_claim(&scope).await?;
+        let takes: Vec<Take> = held.takes.iter().map(|(_, take)| *take).collect();
+        held.settle(&leases.used).await;
+        let lifts_first = earliest(lifts_first, leases.places_full);
         Ok(Leased {
-            items,
+            leases,
             takes,
-            place_leases,
             lifts_first,
         })
+    }
+
+    /// Up to `want` slots of an enforced quota for a claim, in a statement of
+    /// its own (with its cadence tokens, one slot at a time, on a cadence
+    /// quota); committed at once, so the window row is not held meanwhile.
+    /// The statement runs as a task of its own: if the claim gives up while
+    /// it runs, what it took once it answers goes back.
+    async fn take_for_claim(
+        &self,
+        quota: &QuotaRule,
+        want: i64,
+        ceiling: i64,
+    ) -> Result<Take, sqlx::Error> {
+        let (store, quota) = (self.store.clone(), quota.clone());
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let take = if quota.cadence.is_none() {
+                store.take_slots(&quota.name, want, ceiling).await
+            } else {
+                take_paced_alone(&store, &quota, want, ceiling).await
+            };
+            if let Err(Ok(take)) = answer.send(take) {
+                give_back(store, vec![(quota.name, take, take.taken)]).await;
+            }
+        });
+        answered
+            .await
+            .unwrap_or_else(|_| Err(sqlx::Error::Protocol("claim take stopped".into())))
     }
 
     /// Observed items are granted regardless; their quota's slots are spent
@@ -411,122 +450,18 @@ impl Arbiter {
     }
 }
 
-/// Takes up to `want` slots for one enforced quota's lane (no more than its
-/// free in-flight places, locked first: the lock order of a single
-/// reservation). Also answers what stopped it if nothing was taken.
-async fn take_for_lane(
-    tx: &mut PgConnection,
+/// Cadence tokens and budget slots together, one slot at a time, in a
+/// transaction of its own.
+async fn take_paced_alone(
+    store: &Store,
     quota: &QuotaRule,
     want: i64,
     ceiling: i64,
-) -> Result<(Option<LaneTake>, Option<Refusal>), sqlx::Error> {
-    let name = &quota.name;
-    let free_places = match quota.max_in_flight {
-        Some(_) => lock_free_places(&mut *tx, name, want).await?,
-        None => Vec::new(),
-    };
-    let want = match quota.max_in_flight {
-        Some(_) => free_places.len() as i64,
-        None => want,
-    };
-    if want == 0 {
-        let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
-        let full = Refusal {
-            limit: Limit::InFlight,
-            retry_at: expiry,
-        };
-        return Ok((None, Some(full)));
-    }
-    let take = match quota.cadence {
-        None => take_slots(&mut *tx, name, want, ceiling).await?,
-        // Cadence tokens and budget slots together, one at a time.
-        Some(_) => take_paced(tx, quota, want, ceiling).await?,
-    };
-    let stopped_by = if take.taken == 0 {
-        take.stopped_by
-    } else {
-        None
-    };
-    let took = LaneTake {
-        quota: name.clone(),
-        take,
-        free_places,
-    };
-    Ok((Some(took), stopped_by))
-}
-
-/// Leases the chosen items to `worker`, each with its decision's outcome and
-/// its in-flight place lease; in the order they were chosen.
-async fn lease_chosen(
-    tx: &mut PgConnection,
-    chosen: Vec<(Candidate, Kind)>,
-    place_leases: &HashMap<i64, PlaceLease>,
-    worker: &str,
-    lease_seconds: f64,
-) -> Result<Vec<(WorkItem, Kind)>, sqlx::Error> {
-    if chosen.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
-    let outcomes: Vec<String> = chosen
-        .iter()
-        .map(|(_, k)| k.outcome().as_str().to_string())
-        .collect();
-    let place_lease_ids: Vec<Option<i64>> = ids
-        .iter()
-        .map(|id| place_leases.get(id).map(|l| l.lease_id))
-        .collect();
-    let leased = lease(
-        &mut *tx,
-        &ids,
-        &outcomes,
-        &place_lease_ids,
-        worker,
-        lease_seconds,
-    );
-    let mut leased: HashMap<i64, WorkItem> = leased
-        .await?
-        .into_iter()
-        .map(|item| (item.id, item))
-        .collect();
-    Ok(chosen
-        .into_iter()
-        .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
-        .collect())
-}
-
-/// Once the best candidates are chosen: each lane gives back the slots none
-/// of its items use and leases an in-flight place to each item that has one.
-async fn settle_takes(
-    tx: &mut PgConnection,
-    takes: &[LaneTake],
-    chosen: &[(Candidate, Kind)],
-) -> Result<HashMap<i64, PlaceLease>, sqlx::Error> {
-    let mut place_leases = HashMap::new();
-    for (index, lane) in takes.iter().enumerate() {
-        let used: Vec<&Candidate> = chosen
-            .iter()
-            .filter(|(_, k)| matches!(k, Kind::Enforced(i) if *i == index))
-            .map(|(c, _)| c)
-            .collect();
-        let unused = lane.take.taken - used.len() as i64;
-        if unused > 0 {
-            let window = lane.take.clock.window_start;
-            give_back_slots(&mut *tx, &lane.quota, window, unused).await?;
-        }
-        if lane.free_places.is_empty() || used.is_empty() {
-            continue;
-        }
-        let flows: Vec<String> = used.iter().map(|c| c.flow.clone()).collect();
-        let places = &lane.free_places[..used.len()];
-        let leases = lease_places(&mut *tx, &lane.quota, places, &flows).await?;
-        for (candidate, place) in used.iter().zip(places) {
-            if let Some(lease) = leases.iter().find(|l| l.place == *place) {
-                place_leases.insert(candidate.id, *lease);
-            }
-        }
-    }
-    Ok(place_leases)
+) -> Result<Take, sqlx::Error> {
+    let mut tx = store.pool().begin().await?;
+    let take = take_paced(&mut tx, quota, want, ceiling).await?;
+    tx.commit().await?;
+    Ok(take)
 }
 
 /// The refusal that lifts first.

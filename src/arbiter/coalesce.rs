@@ -217,7 +217,11 @@ impl Coalescer {
             return;
         }
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
-        let (wanted, ceiling, _) = rationing::to_take(&asks);
+        let rationing::ToTake {
+            slots: wanted,
+            ceiling,
+            ..
+        } = rationing::to_take(&asks);
         let take = match take_slots(self.store.pool(), quota, wanted, ceiling).await {
             Ok(take) => take,
             Err(error) => return fail(group, &error),
@@ -247,12 +251,12 @@ impl Coalescer {
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
         let slots: Vec<i64> = asks.iter().map(|a| a.slots).collect();
         let flows: Vec<String> = group.iter().map(|w| w.flow.clone()).collect();
-        let (_, ceiling, places) = rationing::to_take(&asks);
+        let to_take = rationing::to_take(&asks);
         let wanted = PacedAsks {
             slots: &slots,
             flows: &flows,
-            ceiling,
-            need_places: places > 0,
+            ceiling: to_take.ceiling,
+            need_places: to_take.places > 0,
             spend_regardless: false,
         };
         let take = match self.store.take_paced_group(quota, &wanted).await {
@@ -316,11 +320,10 @@ impl Coalescer {
     async fn observe_paced(&self, quota: &QuotaRule, group: Vec<Waiter>) {
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
         let slots: Vec<i64> = asks.iter().map(|a| a.slots).collect();
-        let (_, ceiling, _) = rationing::to_take(&asks);
         let wanted = PacedAsks {
             slots: &slots,
             flows: &[],
-            ceiling,
+            ceiling: rationing::to_take(&asks).ceiling,
             need_places: false,
             spend_regardless: true,
         };

@@ -124,14 +124,24 @@ pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
     }
 }
 
-/// What one statement should take for a group: every slot asked, up to the
-/// highest ceiling among them (nobody is granted past their own), and a place
-/// for each ask that needs one.
-pub fn to_take(asks: &[Ask]) -> (i64, i64, i64) {
-    let slots = asks.iter().map(|a| a.slots).sum();
-    let ceiling = asks.iter().map(|a| a.ceiling).max().unwrap_or(0);
-    let places = asks.iter().filter(|a| a.needs_place).count() as i64;
-    (slots, ceiling, places)
+/// What one statement should take for a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToTake {
+    /// Every slot asked.
+    pub slots: i64,
+    /// Up to the highest ceiling among the asks: nobody is granted past
+    /// their own anyway.
+    pub ceiling: i64,
+    /// A place for each ask that needs one.
+    pub places: i64,
+}
+
+pub fn to_take(asks: &[Ask]) -> ToTake {
+    ToTake {
+        slots: asks.iter().map(|a| a.slots).sum(),
+        ceiling: asks.iter().map(|a| a.ceiling).max().unwrap_or(0),
+        places: asks.iter().filter(|a| a.needs_place).count() as i64,
+    }
 }
 
 /// Observe mode: every ask is spent, in the order given, from `count_before`
@@ -255,7 +265,17 @@ mod tests {
     fn observe_mode_says_who_would_have_been_deferred() {
         let asks = [ask(2, 10, 0), ask(1, 8, 1), ask(1, 10, 2)];
         assert_eq!(would_defer(&asks, 7), [false, true, true]);
-        assert_eq!(to_take(&asks), (4, 10, 0));
+        let placed = Ask {
+            needs_place: true,
+            ..ask(3, 12, 3)
+        };
+        let want = ToTake {
+            slots: 7,
+            ceiling: 12,
+            places: 1,
+        };
+        assert_eq!(to_take(&[asks[0], asks[1], asks[2], placed]), want);
+        assert_eq!(to_take(&[]).ceiling, 0);
     }
 
     #[test]

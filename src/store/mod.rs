@@ -14,6 +14,7 @@ macro_rules! clock_reading {
 
 mod admin;
 mod bootstrap;
+pub mod claim;
 mod history;
 mod paced;
 mod reserve;

@@ -396,3 +396,60 @@ async fn every_endpoint_that_needs_the_store_answers_503_in_an_outage(pool: PgPo
         "{html}"
     );
 }
+
+/// Statements of other sessions running in this database right now.
+async fn active_statements(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn slots_a_claim_took_after_its_caller_gave_up_are_given_back(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let app = slow_store_app(&pool).await;
+    app.reserve(json!({"flow": "invoice", "count": 4})).await;
+    for i in 0..3 {
+        let item = json!({"flow": "invoice", "payload": {}, "ref": format!("w-{i}")});
+        let response = app
+            .client
+            .post(format!("{}/v1/work", app.base))
+            .json(&item)
+            .send();
+        assert_eq!(response.await.unwrap().status(), 201);
+    }
+    let tx = lock_window(&pool, "ppf").await;
+    let response = app
+        .client
+        .post(format!("{}/v1/work/claim", app.base))
+        .json(&json!({"worker": "w-1", "max": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503, "no answer in time is no claim");
+    tx.rollback().await.unwrap();
+
+    // The take goes through once the lock is gone; nobody claimed with it.
+    let settled = eventually(Duration::from_secs(5), (4, 0), || async {
+        (
+            current_count(&pool, "ppf").await,
+            active_statements(&pool).await,
+        )
+    })
+    .await;
+    assert_eq!(settled, (4, 0), "(window count, statements running)");
+    let claimed: Value = app
+        .post_json("/v1/work/claim", json!({"worker": "w-2", "max": 10}))
+        .await;
+    assert_eq!(claimed["items"].as_array().unwrap().len(), 3, "{claimed}");
+    let counted = eventually(Duration::from_secs(5), 7, || current_count(&pool, "ppf")).await;
+    assert_eq!(
+        counted, 7,
+        "three items, three slots: the unused seven went back"
+    );
+}

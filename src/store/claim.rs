@@ -1,0 +1,216 @@
+//! The claim's transaction: lease the most urgent claimable items the claim
+//! may have. The slots of its enforced lanes were taken before, each by a
+//! statement of its own (so no claim holds a quota's window row while it
+//! looks for items); this transaction only locks items and in-flight places
+//! and leases them, and says how many of each lane's slots its items use.
+
+use std::collections::HashMap;
+
+use sqlx::PgConnection;
+
+use super::reserve::first_lease_expiry;
+use super::work::{
+    first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, Lane, PlaceLease,
+};
+use super::{Refusal, Store, WorkItem};
+use crate::catalog::QuotaRule;
+use crate::decision::{Limit, Outcome};
+
+/// How a leased item was decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimLane {
+    /// Inside the bypass horizon: no slot.
+    Due,
+    /// Granted from the slots of the enforced lane at this index.
+    Enforced(usize),
+    Observed,
+    Unthrottled,
+}
+
+impl ClaimLane {
+    pub fn outcome(self) -> Outcome {
+        match self {
+            ClaimLane::Due => Outcome::Bypassed,
+            ClaimLane::Enforced(_) | ClaimLane::Observed => Outcome::Granted,
+            ClaimLane::Unthrottled => Outcome::Unthrottled,
+        }
+    }
+}
+
+/// An enforced quota's flows and the slots taken for them.
+pub struct EnforcedLane<'a> {
+    pub quota: &'a QuotaRule,
+    pub flows: &'a [String],
+    pub slots: i64,
+}
+
+/// What one claim may lease.
+pub struct ClaimScope<'a> {
+    pub worker: &'a str,
+    /// The worker's flows; `None`: all.
+    pub worker_flows: Option<&'a [String]>,
+    pub max: i64,
+    pub lease_seconds: f64,
+    pub horizon_seconds: f64,
+    /// Every enforced or observed flow: the rest is never throttled.
+    pub throttled_flows: &'a [String],
+    pub observed: Vec<&'a [String]>,
+    pub enforced: Vec<EnforcedLane<'a>>,
+}
+
+/// What the transaction leased.
+pub struct ClaimLeases {
+    /// Leased items, most urgent first, with how each was decided.
+    pub items: Vec<(WorkItem, ClaimLane)>,
+    /// In-flight place leases of the leased items, by item id.
+    pub place_leases: HashMap<i64, PlaceLease>,
+    /// Slots of each enforced lane its leased items use (the rest go back).
+    pub used: Vec<i64>,
+    /// An enforced lane whose every in-flight place was leased: when the first frees.
+    pub places_full: Option<Refusal>,
+}
+
+impl Store {
+    /// Which of `enforced` flows have claimable work outside the bypass
+    /// horizon: a hint that spares a claim a take on quotas with nothing to
+    /// claim. Locks nothing.
+    pub async fn busy_flows(
+        &self,
+        worker_flows: Option<&[String]>,
+        horizon_seconds: f64,
+        throttled: &[String],
+        enforced: &[String],
+    ) -> Result<Vec<String>, sqlx::Error> {
+        let mut db = self.pool().acquire().await?;
+        let look = first_look(
+            &mut db,
+            worker_flows,
+            horizon_seconds,
+            0,
+            throttled,
+            enforced,
+        );
+        Ok(look.await?.busy)
+    }
+
+    /// One transaction: locks the due items and those of never-throttled
+    /// flows, the observed lanes' items, and for each enforced lane as many
+    /// items as it has slots (and free in-flight places); leases the best
+    /// `max` in rationing order, with a place each where the quota has them.
+    pub async fn lease_claim(&self, scope: &ClaimScope<'_>) -> Result<ClaimLeases, sqlx::Error> {
+        let mut tx = self.pool().begin().await?;
+        let lane = |flows| Lane {
+            flows,
+            worker_flows: scope.worker_flows,
+            horizon_seconds: scope.horizon_seconds,
+        };
+        let look = first_look(
+            &mut tx,
+            scope.worker_flows,
+            scope.horizon_seconds,
+            scope.max,
+            scope.throttled_flows,
+            &[],
+        )
+        .await?;
+        let mut chosen: Vec<(Candidate, ClaimLane)> =
+            look.due.into_iter().map(|c| (c, ClaimLane::Due)).collect();
+        chosen.sort_by_key(|(c, _)| c.rank());
+        let remaining = scope.max - chosen.len() as i64;
+        let mut waiting: Vec<(Candidate, ClaimLane)> = Vec::new();
+        let mut free_places = vec![Vec::new(); scope.enforced.len()];
+        let mut places_full = None;
+        if remaining > 0 {
+            let unthrottled = look.unthrottled.into_iter();
+            waiting.extend(unthrottled.map(|c| (c, ClaimLane::Unthrottled)));
+            for flows in &scope.observed {
+                let found = lock_candidates(&mut tx, &lane(flows), remaining).await?;
+                waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Observed)));
+            }
+            for (index, enforced) in scope.enforced.iter().enumerate() {
+                let mut want = enforced.slots.min(remaining);
+                if enforced.quota.max_in_flight.is_some() && want > 0 {
+                    let name = &enforced.quota.name;
+                    free_places[index] = lock_free_places(&mut tx, name, want).await?;
+                    want = free_places[index].len() as i64;
+                    if want == 0 {
+                        let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
+                        places_full = Some(Refusal {
+                            limit: Limit::InFlight,
+                            retry_at: expiry,
+                        });
+                    }
+                }
+                let found = lock_candidates(&mut tx, &lane(enforced.flows), want).await?;
+                let kind = ClaimLane::Enforced(index);
+                waiting.extend(found.into_iter().map(|c| (c, kind)));
+            }
+        }
+        waiting.sort_by_key(|(c, _)| c.rank());
+        waiting.truncate(remaining.max(0) as usize);
+        let mut used = vec![0; scope.enforced.len()];
+        let mut place_leases = HashMap::new();
+        for (index, enforced) in scope.enforced.iter().enumerate() {
+            let items: Vec<&Candidate> = waiting
+                .iter()
+                .filter(|(_, lane)| *lane == ClaimLane::Enforced(index))
+                .map(|(c, _)| c)
+                .collect();
+            used[index] = items.len() as i64;
+            if free_places[index].is_empty() || items.is_empty() {
+                continue;
+            }
+            let flows: Vec<String> = items.iter().map(|c| c.flow.clone()).collect();
+            let places = &free_places[index][..items.len()];
+            let name = &enforced.quota.name;
+            let leases = lease_places(&mut tx, name, places, &flows).await?;
+            for (candidate, place) in items.iter().zip(places) {
+                if let Some(lease) = leases.iter().find(|l| l.place == *place) {
+                    place_leases.insert(candidate.id, *lease);
+                }
+            }
+        }
+        chosen.extend(waiting);
+        let items = lease_chosen(&mut tx, chosen, &place_leases, scope).await?;
+        tx.commit().await?;
+        Ok(ClaimLeases {
+            items,
+            place_leases,
+            used,
+            places_full,
+        })
+    }
+}
+
+/// Leases the chosen items to the worker, each with its decision's outcome
+/// and its in-flight place lease; in the order they were chosen.
+async fn lease_chosen(
+    tx: &mut PgConnection,
+    chosen: Vec<(Candidate, ClaimLane)>,
+    place_leases: &HashMap<i64, PlaceLease>,
+    scope: &ClaimScope<'_>,
+) -> Result<Vec<(WorkItem, ClaimLane)>, sqlx::Error> {
+    if chosen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
+    let outcomes: Vec<String> = chosen
+        .iter()
+        .map(|(_, k)| k.outcome().as_str().to_string())
+        .collect();
+    let place_lease_ids: Vec<Option<i64>> = ids
+        .iter()
+        .map(|id| place_leases.get(id).map(|l| l.lease_id))
+        .collect();
+    let (worker, lease_seconds) = (scope.worker, scope.lease_seconds);
+    let leased = lease(tx, &ids, &outcomes, &place_lease_ids, worker, lease_seconds);
+    let mut leased: HashMap<i64, WorkItem> = leased
+        .await?
+        .into_iter()
+        .map(|item| (item.id, item))
+        .collect();
+    Ok(chosen
+        .into_iter()
+        .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
+        .collect())
+}
