@@ -129,6 +129,7 @@ SELECT c.window_start                                   AS "window_start!",
        c.window_end                                     AS "window_end!",
        c.now                                            AS "db_now!",
        o.count                                          AS "count_before!",
+       (SELECT count FROM reserved)                     AS "count_after?",
        coalesce((SELECT last_take FROM reserved), 0)    AS "taken!",
        -- Which limit stopped the take short of what was asked: the tokens when
        -- the window had room for more (a full window outranks missing tokens:

@@ -139,7 +139,7 @@ impl Coalescer {
     /// Decides the quota's queue, group after group, until it is empty.
     async fn lead(self, key: (String, Mode)) {
         loop {
-            let (quota, group) = {
+            let (quota, mut group) = {
                 let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(queue) = queues.get_mut(&key) else {
                     return;
@@ -150,16 +150,24 @@ impl Coalescer {
                 }
                 (queue.quota.clone(), std::mem::take(&mut queue.waiters))
             };
-            match key.1 {
+            let decided = match key.1 {
                 Mode::Enforce if quota.decided_by_window_alone() => {
-                    self.decide(&quota.name, group).await
+                    self.decide(&quota.name, &mut group).await
                 }
-                Mode::Enforce => self.decide_paced(&quota, group).await,
+                Mode::Enforce => self.decide_paced(&quota, &mut group).await,
                 // Observed decisions take no place: only a cadence adds to the budget.
                 Mode::Observe if quota.cadence.is_none() => {
-                    self.observe_group(&quota.name, group).await
+                    self.observe_group(&quota.name, &mut group).await
                 }
-                Mode::Observe => self.observe_paced(&quota, group).await,
+                Mode::Observe => self.observe_paced(&quota, &mut group).await,
+            };
+            if let Err(error) = decided {
+                // The group's statement failed: every waiter not answered yet
+                // hears why.
+                let error = error.to_string();
+                for waiter in group {
+                    let _ = waiter.reply.send(Err(error.clone()));
+                }
             }
         }
     }
@@ -168,17 +176,14 @@ impl Coalescer {
     /// learns, in arrival order, whether enforcement would have refused it.
     /// Nothing is given back: a caller that stopped waiting was granted all
     /// the same.
-    async fn observe_group(&self, quota: &str, group: Vec<Waiter>) {
+    async fn observe_group(&self, quota: &str, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
         let total = asks.iter().map(|a| a.slots).sum();
-        let spent = self.store.reserve_slots(quota, total, 0, true).await;
-        let (clock, after) = match spent {
-            Ok(r) => (r.clock, r.count_after.unwrap_or(total)),
-            Err(error) => return fail(group, &error),
-        };
+        let spent = self.store.reserve_slots(quota, total, 0, true).await?;
+        let (clock, after) = (spent.clock, spent.count_after.unwrap_or(total));
         let flags = rationing::would_defer(&asks, after - total);
         let mut count = after - total;
-        for (waiter, would_defer) in group.into_iter().zip(flags) {
+        for (waiter, would_defer) in group.drain(..).zip(flags) {
             count += waiter.ask.slots;
             let _ = waiter.reply.send(Ok(Reservation {
                 clock,
@@ -190,9 +195,10 @@ impl Coalescer {
                 lease: None,
             }));
         }
+        Ok(())
     }
 
-    async fn decide(&self, quota: &str, mut group: Vec<Waiter>) {
+    async fn decide(&self, quota: &str, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
         if group.len() == 1 {
             // Alone: the all-or-nothing upsert, nothing to share or give back.
             let waiter = group.remove(0);
@@ -214,7 +220,7 @@ impl Coalescer {
                 // The caller stopped waiting (a 503): nobody emits.
                 self.give_back(quota, window, slots).await;
             }
-            return;
+            return Ok(());
         }
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
         let rationing::ToTake {
@@ -222,30 +228,32 @@ impl Coalescer {
             ceiling,
             ..
         } = rationing::to_take(&asks);
-        let take = match take_slots(self.store.pool(), quota, wanted, ceiling).await {
-            Ok(take) => take,
-            Err(error) => return fail(group, &error),
-        };
+        let take = take_slots(self.store.pool(), quota, wanted, ceiling).await?;
         let sharing = rationing::share_out(&asks, taken(&take));
         // Unused slots go back before anyone hears a refusal, so the window
         // never shows them as spent to a caller who asks next.
         let window = take.clock.window_start;
         self.give_back(quota, window, sharing.unused_slots).await;
         let mut abandoned = 0;
-        for (waiter, refusal) in group.into_iter().zip(sharing.refusals) {
+        for (waiter, refusal) in group.drain(..).zip(sharing.refusals) {
             let answered = waiter.reply.send(Ok(reservation(&take, refusal)));
             if refusal.is_none() && answered.is_err() {
                 abandoned += waiter.ask.slots; // the caller stopped waiting: nobody emits
             }
         }
         self.give_back(quota, window, abandoned).await;
+        Ok(())
     }
 
     /// A group on a paced quota: one statement takes its slots, tokens and
     /// in-flight places; rationing shares them out (each granted ask that
     /// needs a place holds one of the leases taken); what nobody uses goes
     /// back in one statement before anyone hears a refusal.
-    async fn decide_paced(&self, quota: &QuotaRule, mut group: Vec<Waiter>) {
+    async fn decide_paced(
+        &self,
+        quota: &QuotaRule,
+        group: &mut Vec<Waiter>,
+    ) -> Result<(), sqlx::Error> {
         // In rationing order: the statement makes its leases for the first asks.
         group.sort_by_key(|w| w.ask.rank);
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
@@ -259,10 +267,7 @@ impl Coalescer {
             need_places: to_take.places > 0,
             spend_regardless: false,
         };
-        let take = match self.store.take_paced_group(quota, &wanted).await {
-            Ok(take) => take,
-            Err(error) => return fail(group, &error),
-        };
+        let take = self.store.take_paced_group(quota, &wanted).await?;
         let sharing = rationing::share_out(&asks, paced_taken(&take));
         let handout = hand_out(&take.leases, &flows, &sharing.place_holders);
         let back = PacedGiveBack {
@@ -281,7 +286,7 @@ impl Coalescer {
         // on top of them.
         let spent = take.taken - sharing.unused_slots;
         let (mut abandoned_slots, mut abandoned_leases) = (0, Vec::new());
-        for (i, (waiter, refusal)) in group.into_iter().zip(sharing.refusals).enumerate() {
+        for (i, (waiter, refusal)) in group.drain(..).zip(sharing.refusals).enumerate() {
             let lease = handout.leases[i];
             let answer = match refusal {
                 Some(limit) => Ok(Reservation {
@@ -298,7 +303,7 @@ impl Coalescer {
                 }
                 None => Ok(Reservation {
                     clock: take.clock,
-                    count_after: Some(take.count_before + take.taken),
+                    count_after: take.count_after,
                     refusal: None,
                     lease,
                 }),
@@ -312,12 +317,17 @@ impl Coalescer {
         }
         self.undo_abandoned(&quota.name, window, abandoned_slots, abandoned_leases)
             .await;
+        Ok(())
     }
 
     /// Observed decisions on a quota with a cadence: one statement spends
     /// the group's slots regardless and its tokens as far as they go; each
     /// waiter learns, in arrival order, which limit would have refused it.
-    async fn observe_paced(&self, quota: &QuotaRule, group: Vec<Waiter>) {
+    async fn observe_paced(
+        &self,
+        quota: &QuotaRule,
+        group: &mut Vec<Waiter>,
+    ) -> Result<(), sqlx::Error> {
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
         let slots: Vec<i64> = asks.iter().map(|a| a.slots).collect();
         let wanted = PacedAsks {
@@ -327,23 +337,20 @@ impl Coalescer {
             need_places: false,
             spend_regardless: true,
         };
-        let take = match self.store.take_paced_group(quota, &wanted).await {
-            Ok(take) => take,
-            Err(error) => return fail(group, &error),
-        };
+        let take = self.store.take_paced_group(quota, &wanted).await?;
         let limits = rationing::would_refuse(&asks, take.count_before, take.tokens());
-        let (mut count, mut spent) = (take.count_before, 0);
-        for (waiter, limit) in group.into_iter().zip(limits) {
-            let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, spent));
-            count += waiter.ask.slots;
-            spent += waiter.ask.slots;
+        for (waiter, limit) in group.drain(..).zip(limits) {
+            // An observed decision shows only the limit, never when it lifts:
+            // each refusal says when its own tokens would be there alone.
+            let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, 0));
             let _ = waiter.reply.send(Ok(Reservation {
                 clock: take.clock,
-                count_after: Some(count),
+                count_after: take.count_after,
                 refusal,
                 lease: None,
             }));
         }
+        Ok(())
     }
 
     /// Whether everything went back; if not, it stays counted as spent (an
@@ -357,8 +364,8 @@ impl Coalescer {
     ) -> bool {
         let given = self.store.give_back_paced(quota, window_start, back).await;
         if let Err(error) = &given {
-            let (slots, places) = (back.slots, back.freed.len() + back.handed.len());
-            tracing::warn!(%error, quota = quota.name, slots, places, "not given back: counted as spent, places held till their leases expire");
+            let (slots, freed, handed) = (back.slots, back.freed.len(), back.handed.len());
+            tracing::warn!(%error, quota = quota.name, slots, freed, handed, "not given back: counted as spent, places held till their leases expire");
         }
         given.is_ok()
     }
@@ -389,14 +396,6 @@ impl Coalescer {
         if let Err(error) = back.await {
             tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
         }
-    }
-}
-
-/// Answers every waiter of a group whose statement failed.
-fn fail(group: Vec<Waiter>, error: &sqlx::Error) {
-    let error = error.to_string();
-    for waiter in group {
-        let _ = waiter.reply.send(Err(error.clone()));
     }
 }
 

@@ -43,6 +43,8 @@ pub struct PacedTake {
     pub clock: ClockReading,
     /// The window's count the take started from.
     pub count_before: i64,
+    /// The window's count after the take (`None` when nothing was taken).
+    pub count_after: Option<i64>,
     /// Budget slots taken, and as many tokens.
     pub taken: i64,
     /// What stopped the take short of what was asked: the budget or the
@@ -178,6 +180,7 @@ async fn take_paced_group<'e>(
     Ok(PacedTake {
         clock: clock_reading!(row),
         count_before: row.count_before,
+        count_after: row.count_after,
         taken: row.taken,
         slots_bound_by: if row.tokens_bound {
             Limit::Cadence
@@ -210,7 +213,7 @@ pub async fn take_paced(
     Ok(Take {
         clock: take.clock,
         taken: take.taken,
-        count_after: (take.taken > 0).then_some(take.count_before + take.taken),
+        count_after: take.count_after,
         stopped_by: (take.taken < k).then(|| take.refusal(take.slots_bound_by, 1, take.taken)),
     })
 }

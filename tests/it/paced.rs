@@ -611,3 +611,81 @@ async fn tokens_taken_for_a_refused_ask_of_a_group_go_back(pool: PgPool) {
         "10 - 5 - 3 tokens kept: {tokens}"
     );
 }
+
+#[sqlx::test]
+async fn a_cadence_refusal_retries_when_its_own_tokens_are_there(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 1, burst = 2, adaptive = false").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    // One group: 2 tokens, the 1 is granted; the 2 finds one token left and
+    // needs another, a second of refill after the take.
+    let batch = app
+        .post_json(
+            "/v1/reserve/batch",
+            json!({"items": [{"flow": "invoice"}, {"flow": "invoice", "count": 2}]}),
+        )
+        .await;
+    let refused: Decision = serde_json::from_value(batch["decisions"][1].clone()).unwrap();
+    assert_eq!(batch["decisions"][0]["outcome"], "granted");
+    assert_eq!(refused.limit, Some(quota_arbiter::decision::Limit::Cadence));
+    let (tokens, refilled_at) = bucket(&pool, "api").await;
+    assert!((tokens - 1.0).abs() < 1e-9, "one token kept: {tokens}");
+    let second = chrono::Duration::seconds(1);
+    let off = (refused.retry_at.unwrap() - (refilled_at + second)).abs();
+    assert!(off < chrono::Duration::milliseconds(2), "{off}");
+    // Alone, a moment later: the same second, counted from the same refill.
+    let alone = app.reserve(json!({"flow": "invoice", "count": 2})).await;
+    assert_eq!(alone.outcome, Outcome::Deferred);
+    let off = (alone.retry_at.unwrap() - (refilled_at + second)).abs();
+    assert!(off < chrono::Duration::milliseconds(2), "{off}");
+}
+
+#[sqlx::test]
+async fn a_place_that_cannot_be_handed_over_is_no_grant(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    sync_and_invoice(&pool, "api", 1000).await;
+    // One token: the 2 of priority 1 is refused by the cadence, the 1 of
+    // priority 3 is granted the place the statement leased for the first.
+    set_limits(
+        &pool,
+        "api",
+        "rate = 0.001, burst = 1, adaptive = false, max_in_flight = 2",
+    )
+    .await;
+    // The give-back that hands the lease over fails.
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_handover() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'handover refused by the test'; END $$;
+         CREATE TRIGGER refuse_handover BEFORE UPDATE ON quota_place FOR EACH ROW
+         WHEN (OLD.lease_id = NEW.lease_id AND OLD.flow IS DISTINCT FROM NEW.flow)
+         EXECUTE FUNCTION refuse_handover();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    let items = json!({"items": [{"flow": "invoice", "count": 2}, {"flow": "sync"}]});
+    let response = app
+        .client
+        .post(format!("{}/v1/reserve/batch", app.base))
+        .json(&items)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        503,
+        "a grant without its place is no grant"
+    );
+    // Its slot stays counted (over, never under) and the place stays leased,
+    // to the flow it was made for, until it expires.
+    assert_eq!(current_count(&pool, "api").await, 1);
+    let holders: Vec<String> = sqlx::query_scalar(
+        "SELECT flow FROM quota_place WHERE quota = 'api' AND valid_until > arbiter_now()",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(holders, ["invoice"]);
+}
