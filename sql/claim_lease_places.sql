@@ -10,7 +10,7 @@ WITH asked AS (
     LEFT JOIN flow_lease_duration d ON d.flow = t.flow
 )
 UPDATE quota_place s
-SET lease_id = nextval('lease_id_seq'), flow = a.flow, taken_at = arbiter_now(),
+SET lease_id = new_lease_id(), flow = a.flow, taken_at = arbiter_now(),
     valid_until = arbiter_now() + make_interval(secs => a.seconds)
 FROM asked a
 WHERE s.quota = $1::text AND s.place = a.place

@@ -16,7 +16,7 @@ use crate::catalog::{Catalog, Mode, Rule};
 use crate::clock::DbClock;
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::metrics::Metrics;
-use crate::store::{Refusal, SlotSpec, Store};
+use crate::store::{Refusal, Store};
 use crate::tally::Ledger;
 
 use coalesce::Coalescer;
@@ -143,56 +143,19 @@ impl Arbiter {
         Ok(decision)
     }
 
-    /// Enforced decisions on a budget (with or without headroom) are
-    /// coalesced with concurrent ones for the same quota; cadence and
-    /// in-flight places go alone.
+    /// Enforced decisions are coalesced with concurrent ones for the same
+    /// quota: one statement per group, its cadence tokens and in-flight
+    /// places included. A grant whose caller stopped waiting is undone.
     async fn reserve_enforced(
         &self,
         rule: &Rule,
         request: &SlotRequest,
     ) -> Result<crate::store::Reservation, StoreUnavailable> {
-        if !rule.quota.decided_by_window_alone() {
-            return self.reserve_alone(rule, request.count).await;
-        }
-        self.timed(self.coalescer.reserve(
-            &rule.quota.name,
-            request.count,
-            rule.quota.ceiling_for(rule.flow.priority),
-            request.deadline,
-            rule.flow.priority,
-        ))
+        self.timed(
+            self.coalescer
+                .reserve(rule, request.count, request.deadline),
+        )
         .await
-    }
-
-    /// Cadence and in-flight places: a statement for this request alone. A
-    /// grant it makes after the caller got a 503 is undone.
-    async fn reserve_alone(
-        &self,
-        rule: &Rule,
-        count: i64,
-    ) -> Result<crate::store::Reservation, StoreUnavailable> {
-        let (store, owned) = (self.store.clone(), rule.clone());
-        let reservation = self.reserve_in_budget(async move {
-            let spec = SlotSpec {
-                quota: &owned.quota,
-                flow: &owned.flow.name,
-                slots: count,
-                ceiling: owned.quota.ceiling_for(owned.flow.priority),
-                spend_regardless: false,
-            };
-            store.reserve(&spec).await
-        });
-        match reservation.await {
-            Ok(answered) => answered.map_err(|error| StoreUnavailable(error.to_string())),
-            Err(late) => {
-                let (store, quota) = (self.store.clone(), rule.quota.name.clone());
-                tokio::spawn(undo_late_grant(late, store, quota, count));
-                Err(StoreUnavailable(format!(
-                    "no answer within {:?}",
-                    self.store_timeout
-                )))
-            }
-        }
     }
 
     /// Runs a reservation as a task of its own within the time budget:
@@ -277,25 +240,6 @@ async fn late_outcome(
         Err(_) => {
             attempt.abort();
             None
-        }
-    }
-}
-
-/// A grant made after its caller was told 503: nobody emits on it, so its
-/// budget slots go back and its concurrency lease is freed (its cadence
-/// tokens stay spent: the bucket only errs on the slow side).
-async fn undo_late_grant(attempt: Attempt, store: Store, quota: String, slots: i64) {
-    let reservation = match late_outcome(attempt).await {
-        Some(Ok(reservation)) if reservation.count_after.is_some() => reservation,
-        _ => return,
-    };
-    let window = reservation.clock.window_start;
-    if let Err(error) = store.give_back_slots(&quota, window, slots).await {
-        tracing::warn!(%error, quota, slots, "late grant not given back: counted as spent");
-    }
-    if let Some(lease) = reservation.lease {
-        if let Err(error) = store.release_lease(lease.id, None).await {
-            tracing::warn!(%error, quota, "late grant's lease not freed: it expires by itself");
         }
     }
 }

@@ -1,9 +1,14 @@
 //! Batch reservations (stateless rationing): the items of one request are
 //! ordered by deadline ASC NULLS LAST, flow priority, input order; due items
 //! are bypassed without the reservation; each enforced quota then takes the
-//! slots it has left in ONE statement, shared out in that order.
+//! slots it has left in ONE statement, shared out in that order. Items of
+//! paced quotas join the coalescer's group statement all at once, in that
+//! order.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use super::coalesce::taken;
 use super::observe::{late_would_defers, past_ceiling};
@@ -25,12 +30,12 @@ struct Sorted {
     counted: Vec<(usize, Rule)>,
     observed: BTreeMap<String, Vec<(usize, Rule)>>,
     enforced: BTreeMap<String, Vec<(usize, Rule)>>,
-    /// Enforced items that a shared take would answer differently from the
-    /// single decision: quotas with a cadence or in-flight places, flows
-    /// enforced for a share of their refusals only.
+    /// Enforced items decided as single reservations, all at once: paced
+    /// quotas (the coalescer takes their tokens and places with the slots),
+    /// flows enforced for a share of their refusals only.
     limited: Vec<(usize, Rule)>,
-    /// Observed items of quotas with a cadence or in-flight places.
-    observed_alone: Vec<(usize, Rule)>,
+    /// Observed items of quotas with a cadence, decided the same way.
+    observed_paced: Vec<(usize, Rule)>,
 }
 
 impl Arbiter {
@@ -49,12 +54,15 @@ impl Arbiter {
         for items in sorted.enforced.values() {
             settled.extend(self.ration_enforced(requests, items).await?);
         }
-        // Quotas with a cadence or in-flight places, and flows
-        // enforced for a share only: item by item, in rationing order,
-        // through the single decision and all its limits.
-        for (i, rule) in sorted.limited {
-            let decision = self.enforce(with_rule(&rule), &rule, &requests[i]).await?;
-            settled.push((i, decision));
+        // Paced quotas and flows enforced for a share only: through the
+        // single decision and all its limits, every item at once, so that
+        // items of one quota share a group statement, in rationing order.
+        let limited = sorted
+            .limited
+            .iter()
+            .map(|(i, rule)| self.enforce(with_rule(rule), rule, &requests[*i]));
+        for ((i, _), decision) in sorted.limited.iter().zip(all_at_once(limited).await) {
+            settled.push((*i, decision?));
         }
         for i in sorted.due {
             decisions[i] = Some(bypass.grant(&requests[i]));
@@ -62,10 +70,12 @@ impl Arbiter {
         for items in sorted.observed.values() {
             settled.extend(self.observe_batch(requests, items).await);
         }
-        for (i, rule) in sorted.observed_alone {
-            let decision = self.observe(with_rule(&rule), &rule, &requests[i]).await;
-            settled.push((i, decision));
-        }
+        let observed = sorted
+            .observed_paced
+            .iter()
+            .map(|(i, rule)| self.observe(with_rule(rule), rule, &requests[*i]));
+        let observed = all_at_once(observed).await;
+        settled.extend(sorted.observed_paced.iter().map(|(i, _)| *i).zip(observed));
         for (i, rule) in sorted.counted {
             let decision = self.count_after_the_fact(with_rule(&rule), &rule, requests[i].count);
             settled.push((i, decision));
@@ -115,15 +125,18 @@ impl Arbiter {
                 continue;
             };
             let quota = rule.quota.name.clone();
-            // The same routing as a single reservation: the budget (headroom
-            // included) is shared out of one take; cadence and in-flight
-            // places are decided item by item.
-            let alone = !rule.quota.decided_by_window_alone();
+            // The budget (headroom included) is shared out of one take of
+            // the batch's own; paced quotas go to the coalescer's group
+            // statement, which takes their tokens and places too. Observed
+            // decisions take no place: only a cadence adds to the budget.
+            let paced = !rule.quota.decided_by_window_alone();
             match rule.flow.mode {
                 Mode::Count => sorted.counted.push((i, rule)),
-                Mode::Observe if alone => sorted.observed_alone.push((i, rule)),
+                Mode::Observe if rule.quota.cadence.is_some() => {
+                    sorted.observed_paced.push((i, rule))
+                }
                 Mode::Observe => sorted.observed.entry(quota).or_default().push((i, rule)),
-                Mode::Enforce if alone || rule.flow.enforce_percent < 100 => {
+                Mode::Enforce if paced || rule.flow.enforce_percent < 100 => {
                     sorted.limited.push((i, rule))
                 }
                 Mode::Enforce => sorted.enforced.entry(quota).or_default().push((i, rule)),
@@ -261,4 +274,38 @@ fn budget_deferral(rule: &Rule, clock: &ClockReading) -> Decision {
     decision.window_start = Some(clock.window_start);
     decision.limit = Some(Limit::Budget);
     decision
+}
+
+/// Runs `futures` together and answers their outputs in order. Each is first
+/// polled in order, so decisions that queue for a group statement on their
+/// first poll queue in that order.
+async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut running: Vec<Option<Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in running.iter_mut().zip(outputs.iter_mut()) {
+            let Some(polled) = future.as_mut() else {
+                continue;
+            };
+            match polled.as_mut().poll(cx) {
+                Poll::Ready(value) => {
+                    *output = Some(value);
+                    *future = None;
+                }
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future ran to its end"))
+        .collect()
 }

@@ -9,6 +9,10 @@
 //! never an under-count. Observed decisions (new flows start in observe mode,
 //! so they carry full traffic) are grouped the same way: one statement spends
 //! the group's slots and each learns whether enforcement would have refused it.
+//!
+//! Paced quotas (a cadence, in-flight places or both) are grouped too: their
+//! statement also takes the group's cadence tokens and in-flight places, and
+//! the give-back returns unused tokens and frees unused places with the slots.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,12 +22,17 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use super::rationing::{self, Ask, Rank, Taken};
+use crate::catalog::{QuotaRule, Rule};
 use crate::decision::Limit;
 use crate::store::slots::{give_back_slots, take_slots, Take};
-use crate::store::{Refusal, Reservation, Store};
+use crate::store::{
+    LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, Refusal, Reservation, Store,
+};
 
 struct Waiter {
     ask: Ask,
+    /// The flow asking: the holder of the place it is granted.
+    flow: String,
     reply: oneshot::Sender<Result<Reservation, String>>,
 }
 
@@ -36,7 +45,14 @@ enum Mode {
 }
 
 /// One queue per quota and mode.
-type Queues = HashMap<(String, Mode), Vec<Waiter>>;
+type Queues = HashMap<(String, Mode), Queue>;
+
+struct Queue {
+    /// The quota's limits as the latest request saw them: a group is decided
+    /// by the catalog of its last arrival.
+    quota: QuotaRule,
+    waiters: Vec<Waiter>,
+}
 
 /// A queue present in the map has a leader task deciding it.
 #[derive(Clone)]
@@ -55,59 +71,56 @@ impl Coalescer {
         }
     }
 
-    /// Reserves `slots` of `quota` together with whoever else is asking now.
+    /// Reserves `slots` of `rule`'s quota (with its tokens and an in-flight
+    /// place, if the quota has them) together with whoever else is asking now.
     pub async fn reserve(
         &self,
-        quota: &str,
+        rule: &Rule,
         slots: i64,
-        ceiling: i64,
         deadline: Option<DateTime<Utc>>,
-        priority: i16,
     ) -> Result<Reservation, sqlx::Error> {
-        self.join(quota, Mode::Enforce, slots, ceiling, deadline, priority)
-            .await
-    }
-
-    /// Spends `slots` of `quota` regardless, together with whoever else is
-    /// observing it now; the refusal says what enforcement would have done.
-    pub async fn observe(
-        &self,
-        quota: &str,
-        slots: i64,
-        ceiling: i64,
-    ) -> Result<Reservation, sqlx::Error> {
-        self.join(quota, Mode::Observe, slots, ceiling, None, 0)
-            .await
-    }
-
-    async fn join(
-        &self,
-        quota: &str,
-        mode: Mode,
-        slots: i64,
-        ceiling: i64,
-        deadline: Option<DateTime<Utc>>,
-        priority: i16,
-    ) -> Result<Reservation, sqlx::Error> {
-        let (reply, answer) = oneshot::channel();
+        let priority = rule.flow.priority;
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let ask = Ask {
             slots,
-            ceiling,
-            needs_place: false,
+            ceiling: rule.quota.ceiling_for(priority),
+            needs_place: rule.quota.max_in_flight.is_some(),
             rank: Rank::new(deadline, priority, arrival),
         };
-        let waiter = Waiter { ask, reply };
-        let key = (quota.to_string(), mode);
+        self.join(rule, Mode::Enforce, ask).await
+    }
+
+    /// Spends `slots` of `rule`'s quota regardless, together with whoever
+    /// else is observing it now; the refusal says what enforcement would have
+    /// done. Observed decisions take no in-flight place.
+    pub async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, sqlx::Error> {
+        let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+        self.join(rule, Mode::Observe, Ask::observed(slots, ceiling))
+            .await
+    }
+
+    async fn join(&self, rule: &Rule, mode: Mode, ask: Ask) -> Result<Reservation, sqlx::Error> {
+        let (reply, answer) = oneshot::channel();
+        let waiter = Waiter {
+            ask,
+            flow: rule.flow.name.clone(),
+            reply,
+        };
+        let key = (rule.quota.name.clone(), mode);
         let lead = {
             let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
             match queues.get_mut(&key) {
                 Some(queue) => {
-                    queue.push(waiter);
+                    queue.quota.clone_from(&rule.quota);
+                    queue.waiters.push(waiter);
                     false
                 }
                 None => {
-                    queues.insert(key.clone(), vec![waiter]);
+                    let queue = Queue {
+                        quota: rule.quota.clone(),
+                        waiters: vec![waiter],
+                    };
+                    queues.insert(key.clone(), queue);
                     true
                 }
             }
@@ -126,20 +139,35 @@ impl Coalescer {
     /// Decides the quota's queue, group after group, until it is empty.
     async fn lead(self, key: (String, Mode)) {
         loop {
-            let group = {
+            let (quota, mut group) = {
                 let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(queue) = queues.get_mut(&key) else {
                     return;
                 };
-                if queue.is_empty() {
+                if queue.waiters.is_empty() {
                     queues.remove(&key);
                     return;
                 }
-                std::mem::take(queue)
+                (queue.quota.clone(), std::mem::take(&mut queue.waiters))
             };
-            match key.1 {
-                Mode::Enforce => self.decide(&key.0, group).await,
-                Mode::Observe => self.observe_group(&key.0, group).await,
+            let decided = match key.1 {
+                Mode::Enforce if quota.decided_by_window_alone() => {
+                    self.decide(&quota.name, &mut group).await
+                }
+                Mode::Enforce => self.decide_paced(&quota, &mut group).await,
+                // Observed decisions take no place: only a cadence adds to the budget.
+                Mode::Observe if quota.cadence.is_none() => {
+                    self.observe_group(&quota.name, &mut group).await
+                }
+                Mode::Observe => self.observe_paced(&quota, &mut group).await,
+            };
+            if let Err(error) = decided {
+                // The group's statement failed: every waiter not answered yet
+                // hears why.
+                let error = error.to_string();
+                for waiter in group {
+                    let _ = waiter.reply.send(Err(error.clone()));
+                }
             }
         }
     }
@@ -148,23 +176,14 @@ impl Coalescer {
     /// learns, in arrival order, whether enforcement would have refused it.
     /// Nothing is given back: a caller that stopped waiting was granted all
     /// the same.
-    async fn observe_group(&self, quota: &str, group: Vec<Waiter>) {
+    async fn observe_group(&self, quota: &str, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
         let total = asks.iter().map(|a| a.slots).sum();
-        let spent = self.store.reserve_slots(quota, total, 0, true).await;
-        let (clock, after) = match spent {
-            Ok(r) => (r.clock, r.count_after.unwrap_or(total)),
-            Err(error) => {
-                let error = error.to_string();
-                for waiter in group {
-                    let _ = waiter.reply.send(Err(error.clone()));
-                }
-                return;
-            }
-        };
+        let spent = self.store.reserve_slots(quota, total, 0, true).await?;
+        let (clock, after) = (spent.clock, spent.count_after.unwrap_or(total));
         let flags = rationing::would_defer(&asks, after - total);
         let mut count = after - total;
-        for (waiter, would_defer) in group.into_iter().zip(flags) {
+        for (waiter, would_defer) in group.drain(..).zip(flags) {
             count += waiter.ask.slots;
             let _ = waiter.reply.send(Ok(Reservation {
                 clock,
@@ -176,9 +195,10 @@ impl Coalescer {
                 lease: None,
             }));
         }
+        Ok(())
     }
 
-    async fn decide(&self, quota: &str, mut group: Vec<Waiter>) {
+    async fn decide(&self, quota: &str, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
         if group.len() == 1 {
             // Alone: the all-or-nothing upsert, nothing to share or give back.
             let waiter = group.remove(0);
@@ -200,7 +220,7 @@ impl Coalescer {
                 // The caller stopped waiting (a 503): nobody emits.
                 self.give_back(quota, window, slots).await;
             }
-            return;
+            return Ok(());
         }
         let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
         let rationing::ToTake {
@@ -208,29 +228,164 @@ impl Coalescer {
             ceiling,
             ..
         } = rationing::to_take(&asks);
-        let take = match take_slots(self.store.pool(), quota, wanted, ceiling).await {
-            Ok(take) => take,
-            Err(error) => {
-                let error = error.to_string();
-                for waiter in group {
-                    let _ = waiter.reply.send(Err(error.clone()));
-                }
-                return;
-            }
-        };
+        let take = take_slots(self.store.pool(), quota, wanted, ceiling).await?;
         let sharing = rationing::share_out(&asks, taken(&take));
         // Unused slots go back before anyone hears a refusal, so the window
         // never shows them as spent to a caller who asks next.
         let window = take.clock.window_start;
         self.give_back(quota, window, sharing.unused_slots).await;
         let mut abandoned = 0;
-        for (waiter, refusal) in group.into_iter().zip(sharing.refusals) {
+        for (waiter, refusal) in group.drain(..).zip(sharing.refusals) {
             let answered = waiter.reply.send(Ok(reservation(&take, refusal)));
             if refusal.is_none() && answered.is_err() {
                 abandoned += waiter.ask.slots; // the caller stopped waiting: nobody emits
             }
         }
         self.give_back(quota, window, abandoned).await;
+        Ok(())
+    }
+
+    /// A group on a paced quota: one statement takes its slots, tokens and
+    /// in-flight places; rationing shares them out (each granted ask that
+    /// needs a place holds one of the leases taken); what nobody uses goes
+    /// back in one statement before anyone hears a refusal.
+    async fn decide_paced(
+        &self,
+        quota: &QuotaRule,
+        group: &mut Vec<Waiter>,
+    ) -> Result<(), sqlx::Error> {
+        // In rationing order: the statement makes its leases for the first asks.
+        group.sort_by_key(|w| w.ask.rank);
+        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
+        let slots: Vec<i64> = asks.iter().map(|a| a.slots).collect();
+        let flows: Vec<String> = group.iter().map(|w| w.flow.clone()).collect();
+        let to_take = rationing::to_take(&asks);
+        let wanted = PacedAsks {
+            slots: &slots,
+            flows: &flows,
+            ceiling: to_take.ceiling,
+            need_places: to_take.places > 0,
+            spend_regardless: false,
+        };
+        let take = self.store.take_paced_group(quota, &wanted).await?;
+        let sharing = rationing::share_out(&asks, paced_taken(&take));
+        let handout = hand_out(&take.leases, &flows, &sharing.place_holders);
+        let back = PacedGiveBack {
+            slots: sharing.unused_slots,
+            tokens: if quota.cadence.is_some() {
+                sharing.unused_slots
+            } else {
+                0
+            },
+            freed: &handout.unused,
+            handed: &handout.handed,
+        };
+        let window = take.clock.window_start;
+        let settled = self.give_back_paced(quota, window, &back).await;
+        // Tokens the grants keep: a refusal by the cadence waits for its own
+        // on top of them.
+        let spent = take.taken - sharing.unused_slots;
+        let (mut abandoned_slots, mut abandoned_leases) = (0, Vec::new());
+        for (i, (waiter, refusal)) in group.drain(..).zip(sharing.refusals).enumerate() {
+            let lease = handout.leases[i];
+            let answer = match refusal {
+                Some(limit) => Ok(Reservation {
+                    clock: take.clock,
+                    count_after: None,
+                    refusal: Some(take.refusal(limit, waiter.ask.slots, spent)),
+                    lease: None,
+                }),
+                // Its place is still leased to another flow of the group:
+                // reporting it would be refused. Nobody emits on it; its slot
+                // stays counted and the lease expires by itself.
+                None if handout.handed_over[i] && !settled => {
+                    Err("in-flight place not handed over".to_string())
+                }
+                None => Ok(Reservation {
+                    clock: take.clock,
+                    count_after: take.count_after,
+                    refusal: None,
+                    lease,
+                }),
+            };
+            let granted = matches!(answer, Ok(Reservation { refusal: None, .. }));
+            if waiter.reply.send(answer).is_err() && granted {
+                // The caller stopped waiting (a 503): nobody emits.
+                abandoned_slots += waiter.ask.slots;
+                abandoned_leases.extend(lease);
+            }
+        }
+        self.undo_abandoned(&quota.name, window, abandoned_slots, abandoned_leases)
+            .await;
+        Ok(())
+    }
+
+    /// Observed decisions on a quota with a cadence: one statement spends
+    /// the group's slots regardless and its tokens as far as they go; each
+    /// waiter learns, in arrival order, which limit would have refused it.
+    async fn observe_paced(
+        &self,
+        quota: &QuotaRule,
+        group: &mut Vec<Waiter>,
+    ) -> Result<(), sqlx::Error> {
+        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
+        let slots: Vec<i64> = asks.iter().map(|a| a.slots).collect();
+        let wanted = PacedAsks {
+            slots: &slots,
+            flows: &[],
+            ceiling: rationing::to_take(&asks).ceiling,
+            need_places: false,
+            spend_regardless: true,
+        };
+        let take = self.store.take_paced_group(quota, &wanted).await?;
+        let limits = rationing::would_refuse(&asks, take.count_before, take.tokens());
+        for (waiter, limit) in group.drain(..).zip(limits) {
+            // An observed decision shows only the limit, never when it lifts:
+            // each refusal says when its own tokens would be there alone.
+            let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, 0));
+            let _ = waiter.reply.send(Ok(Reservation {
+                clock: take.clock,
+                count_after: take.count_after,
+                refusal,
+                lease: None,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Whether everything went back; if not, it stays counted as spent (an
+    /// over-count, never an under-count) and the places stay leased until
+    /// their leases expire.
+    async fn give_back_paced(
+        &self,
+        quota: &QuotaRule,
+        window_start: DateTime<Utc>,
+        back: &PacedGiveBack<'_>,
+    ) -> bool {
+        let given = self.store.give_back_paced(quota, window_start, back).await;
+        if let Err(error) = &given {
+            let (slots, freed, handed) = (back.slots, back.freed.len(), back.handed.len());
+            tracing::warn!(%error, quota = quota.name, slots, freed, handed, "not given back: counted as spent, places held till their leases expire");
+        }
+        given.is_ok()
+    }
+
+    /// Grants whose caller stopped waiting: their slots go back and their
+    /// places are freed, as a report without a duration frees them. Their
+    /// tokens stay spent: the bucket only errs on the slow side.
+    async fn undo_abandoned(
+        &self,
+        quota: &str,
+        window_start: DateTime<Utc>,
+        slots: i64,
+        leases: Vec<Lease>,
+    ) {
+        self.give_back(quota, window_start, slots).await;
+        for lease in leases {
+            if let Err(error) = self.store.release_lease(lease.id, None).await {
+                tracing::warn!(%error, quota, "abandoned grant's lease not freed: it expires by itself");
+            }
+        }
     }
 
     async fn give_back(&self, quota: &str, window_start: DateTime<Utc>, slots: i64) {
@@ -242,6 +397,62 @@ impl Coalescer {
             tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
         }
     }
+}
+
+/// What a group take on a paced quota took, as rationing reads it.
+fn paced_taken(take: &PacedTake) -> Taken {
+    Taken {
+        count_before: take.count_before,
+        slots: take.taken,
+        slots_bound_by: take.slots_bound_by,
+        places: take.leases.len() as i64,
+    }
+}
+
+/// Which of the leases a group take made each place holder gets.
+#[derive(Debug, Default, PartialEq)]
+struct Handout {
+    /// Per ask of the group: the lease it holds.
+    leases: Vec<Option<Lease>>,
+    /// Per ask: its lease was made for another flow and is handed over.
+    handed_over: Vec<bool>,
+    /// Leases handed over, with their new holder's flow.
+    handed: Vec<(i64, String)>,
+    /// Leases nobody holds: their places are freed.
+    unused: Vec<i64>,
+}
+
+/// Gives each of `holders` (indices into the asks, whose flows are `flows`)
+/// one of `leases`: one made for its own flow if there is one left, else any
+/// left, handed over to its flow (a lease is made for an ask before rationing
+/// knows who is granted). Rationing never grants more places than were taken.
+fn hand_out(leases: &[LabelledLease], flows: &[String], holders: &[usize]) -> Handout {
+    let mut left: Vec<Option<&LabelledLease>> = leases.iter().map(Some).collect();
+    let mut handout = Handout {
+        leases: vec![None; flows.len()],
+        handed_over: vec![false; flows.len()],
+        ..Handout::default()
+    };
+    let mut elsewhere = Vec::new();
+    for &holder in holders {
+        let own_flow = left
+            .iter()
+            .position(|l| l.is_some_and(|l| flows[l.ask] == flows[holder]));
+        match own_flow.and_then(|i| left[i].take()) {
+            Some(made) => handout.leases[holder] = Some(made.lease),
+            None => elsewhere.push(holder),
+        }
+    }
+    for holder in elsewhere {
+        let Some(made) = left.iter_mut().find_map(Option::take) else {
+            break;
+        };
+        handout.leases[holder] = Some(made.lease);
+        handout.handed_over[holder] = true;
+        handout.handed.push((made.lease.id, flows[holder].clone()));
+    }
+    handout.unused = left.into_iter().flatten().map(|l| l.lease.id).collect();
+    handout
 }
 
 /// What a take-up-to-k statement took, as rationing reads it.
@@ -267,5 +478,63 @@ fn reservation(take: &Take, refusal: Option<Limit>) -> Reservation {
         count_after: refusal.is_none().then_some(take.taken),
         refusal: refusal.map(|_| budget_refusal(&take.clock)),
         lease: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn made(id: i64, ask: usize) -> LabelledLease {
+        LabelledLease {
+            lease: Lease {
+                id,
+                valid_until: DateTime::UNIX_EPOCH,
+            },
+            ask,
+        }
+    }
+
+    fn flows(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn each_holder_gets_a_lease_made_for_its_flow_when_one_is_left() {
+        // Leases made for asks 0 and 1 (flows a, b); asks 1 and 2 are granted.
+        let handout = hand_out(
+            &[made(10, 0), made(11, 1)],
+            &flows(&["a", "b", "a"]),
+            &[1, 2],
+        );
+        assert_eq!(
+            handout.leases,
+            [None, Some(made(11, 1).lease), Some(made(10, 0).lease)]
+        );
+        assert!(handout.handed.is_empty());
+        assert!(handout.unused.is_empty());
+    }
+
+    #[test]
+    fn a_lease_made_for_another_flow_is_handed_over_and_the_rest_freed() {
+        // Ask 0 (flow a, 2 slots) did not fit; ask 1 (flow b) holds the lease
+        // made for ask 0, handed over to b; the lease made for ask 2 is unused.
+        let handout = hand_out(&[made(10, 0), made(12, 2)], &flows(&["a", "b", "c"]), &[1]);
+        assert_eq!(handout.leases, [None, Some(made(10, 0).lease), None]);
+        assert_eq!(handout.handed_over, [false, true, false]);
+        assert_eq!(handout.handed, [(10, "b".to_string())]);
+        assert_eq!(handout.unused, [12]);
+    }
+
+    #[test]
+    fn no_lease_is_held_twice() {
+        let leases = [made(10, 0), made(11, 1), made(12, 2)];
+        let handout = hand_out(&leases, &flows(&["a", "a", "b", "b"]), &[0, 2, 3]);
+        let held: Vec<i64> = handout.leases.iter().flatten().map(|l| l.id).collect();
+        let mut distinct = held.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!((held.len(), distinct.len()), (3, 3), "{held:?}");
+        assert_eq!(handout.handed, [(11, "b".to_string())]);
     }
 }

@@ -11,7 +11,7 @@ use super::rationing::{self, Ask};
 use super::{late_outcome, Arbiter, Attempt};
 use crate::catalog::Rule;
 use crate::decision::{Decision, SlotRequest};
-use crate::store::{Reservation, SlotSpec};
+use crate::store::Reservation;
 use crate::tally::Ledger;
 
 /// What to tally once a reservation answered after its decision did.
@@ -84,24 +84,9 @@ impl Arbiter {
         rule: &Rule,
         slots: i64,
     ) -> impl Future<Output = Result<Reservation, sqlx::Error>> + Send + 'static {
-        let (store, rule) = (self.store.clone(), rule.clone());
-        let coalescer = self.coalescer.clone();
-        async move {
-            let ceiling = rule.quota.ceiling_for(rule.flow.priority);
-            if rule.quota.cadence.is_none() {
-                // Only the budget to check: spent together with every other
-                // observation of the quota in flight.
-                return coalescer.observe(&rule.quota.name, slots, ceiling).await;
-            }
-            let spec = SlotSpec {
-                quota: &rule.quota,
-                flow: &rule.flow.name,
-                slots,
-                ceiling,
-                spend_regardless: true,
-            };
-            store.reserve(&spec).await
-        }
+        let (coalescer, rule) = (self.coalescer.clone(), rule.clone());
+        // Spent together with every other observation of the quota in flight.
+        async move { coalescer.observe(&rule, slots).await }
     }
 }
 

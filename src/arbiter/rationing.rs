@@ -148,11 +148,30 @@ pub fn to_take(asks: &[Ask]) -> ToTake {
 /// on; each learns whether enforcement would have refused it (past its own
 /// ceiling). Observe mode never refuses.
 pub fn would_defer(asks: &[Ask], count_before: i64) -> Vec<bool> {
-    let mut count = count_before;
+    would_refuse(asks, count_before, None)
+        .iter()
+        .map(Option::is_some)
+        .collect()
+}
+
+/// Observe mode on a quota with a cadence too: every ask is spent, in the
+/// order given, from `count_before` on, and takes its tokens as far as the
+/// `tokens` the bucket held go (`None`: no cadence). Each learns which limit
+/// would have refused it: its own ceiling (the budget: a full window outranks
+/// missing tokens, which come back sooner), else the tokens (the cadence).
+pub fn would_refuse(asks: &[Ask], count_before: i64, tokens: Option<i64>) -> Vec<Option<Limit>> {
+    let (mut count, mut spent) = (count_before, 0);
     asks.iter()
         .map(|ask| {
             count += ask.slots;
-            count > ask.ceiling
+            spent += ask.slots;
+            if count > ask.ceiling {
+                Some(Limit::Budget)
+            } else if tokens.is_some_and(|tokens| spent > tokens) {
+                Some(Limit::Cadence)
+            } else {
+                None
+            }
         })
         .collect()
 }
@@ -257,6 +276,26 @@ mod tests {
         };
         assert_eq!(to_take(&[asks[0], asks[1], asks[2], placed]), want);
         assert_eq!(to_take(&[]).ceiling, 0);
+    }
+
+    #[test]
+    fn observe_mode_on_a_cadence_names_the_budget_before_the_tokens() {
+        let asks = [ask(2, 10, 0), ask(2, 10, 1), ask(1, 10, 2), ask(1, 7, 3)];
+        // 3 tokens: the second ask finds 1, the third none; the last is past
+        // its ceiling too, and the window outranks the tokens.
+        assert_eq!(
+            would_refuse(&asks, 2, Some(3)),
+            [
+                None,
+                Some(Limit::Cadence),
+                Some(Limit::Cadence),
+                Some(Limit::Budget)
+            ]
+        );
+        assert_eq!(
+            would_refuse(&asks, 2, None),
+            [None, None, None, Some(Limit::Budget)]
+        );
     }
 
     fn arb_ask() -> impl Strategy<Value = Ask> {
@@ -379,6 +418,26 @@ mod tests {
                     Some(Limit::Cadence) => prop_assert_eq!(take.slots_bound_by, Limit::Cadence),
                     _ => {}
                 }
+            }
+        }
+
+        #[test]
+        fn observe_mode_names_the_budget_past_a_ceiling_else_the_cadence_past_the_tokens(
+            (asks, take) in arb_case(), tokens in prop::option::of(0i64..40)
+        ) {
+            let limits = would_refuse(&asks, take.count_before, tokens);
+            prop_assert_eq!(limits.len(), asks.len());
+            let (mut count, mut spent) = (take.count_before, 0);
+            for (ask, limit) in asks.iter().zip(limits) {
+                count += ask.slots;
+                spent += ask.slots;
+                let past_tokens = tokens.is_some_and(|t| spent > t);
+                let expected = match (count > ask.ceiling, past_tokens) {
+                    (true, _) => Some(Limit::Budget),
+                    (false, true) => Some(Limit::Cadence),
+                    (false, false) => None,
+                };
+                prop_assert_eq!(limit, expected);
             }
         }
 

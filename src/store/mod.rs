@@ -16,15 +16,16 @@ mod admin;
 mod bootstrap;
 pub mod claim;
 mod history;
+mod paced;
 mod reserve;
 pub mod slots;
 pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
+pub use paced::{take_paced, LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reserve::{
-    first_lease_expiry, take_paced, AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal,
-    ReleasedLease, SlotSpec,
+    first_lease_expiry, AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease,
 };
 pub use slots::Take;
 pub use work::{NewWork, WorkItem};

@@ -1,26 +1,13 @@
-//! Reservations beyond the plain hourly budget: cadence tokens in the same
-//! statement as the budget slots, and a concurrency lease taken in the same
-//! transaction, so a grant gets all of them or none.
+//! What a reservation beyond the plain hourly budget answers (refusals,
+//! in-flight place leases) and what happens to it afterwards: a lease freed,
+//! the adaptive cadence fed by upstream statuses. Taking slots, tokens and
+//! places together is `paced.rs`.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
 
-use super::{Reservation, Store};
-use crate::catalog::QuotaRule;
+use super::Store;
 use crate::clock::ClockReading;
 use crate::decision::Limit;
-
-/// What a decision asks of the store.
-#[derive(Clone, Copy, Debug)]
-pub struct SlotSpec<'a> {
-    pub quota: &'a QuotaRule,
-    pub flow: &'a str,
-    pub slots: i64,
-    /// The ceiling this flow may reach (headroom applied).
-    pub ceiling: i64,
-    /// Observe mode: spend regardless, report what would have refused.
-    pub spend_regardless: bool,
-}
 
 /// What refused the reservation (or, in observe mode, would have), and when
 /// it could succeed.
@@ -37,43 +24,6 @@ pub struct Lease {
 }
 
 impl Store {
-    /// Reserves budget slots, cadence tokens and (enforced quotas with
-    /// `max_in_flight`) a concurrency lease: all of them or none.
-    pub async fn reserve(&self, spec: &SlotSpec<'_>) -> Result<Reservation, sqlx::Error> {
-        if spec.spend_regardless || spec.quota.max_in_flight.is_none() {
-            return reserve_once(self.pool(), spec).await;
-        }
-        let mut tx = self.pool().begin().await?;
-        let lease = sqlx::query_file!("sql/lease_place.sql", spec.quota.name, spec.flow)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(lease) = lease else {
-            tx.rollback().await?;
-            let (clock, retry_at) = first_lease_expiry(self.pool(), &spec.quota.name).await?;
-            return Ok(Reservation {
-                clock,
-                count_after: None,
-                refusal: Some(Refusal {
-                    limit: Limit::InFlight,
-                    retry_at,
-                }),
-                lease: None,
-            });
-        };
-        let mut reservation = reserve_once(&mut *tx, spec).await?;
-        if reservation.count_after.is_some() {
-            tx.commit().await?;
-            reservation.lease = Some(Lease {
-                id: lease.lease_id,
-                valid_until: lease.valid_until,
-            });
-        } else {
-            // Gives the slot back: a refused reservation holds nothing.
-            tx.rollback().await?;
-        }
-        Ok(reservation)
-    }
-
     /// Frees a lease's place and feeds its hold time into the flow's average.
     /// `None` when the lease is unknown or already expired and taken again.
     /// `held_seconds`: how long the emission took, as the worker measured it;
@@ -172,107 +122,6 @@ pub struct AdaptedCadence {
     pub factor: f64,
     pub effective_rate: f64,
     pub effective_burst: f64,
-}
-
-/// One statement: the plain conditional upsert, or budget and cadence together.
-async fn reserve_once<'e>(
-    executor: impl PgExecutor<'e>,
-    spec: &SlotSpec<'_>,
-) -> Result<Reservation, sqlx::Error> {
-    let (quota, k, ceiling, regardless) = (
-        &spec.quota.name,
-        spec.slots,
-        spec.ceiling,
-        spec.spend_regardless,
-    );
-    let Some(cadence) = spec.quota.cadence else {
-        let row = sqlx::query_file!("sql/reserve_slots.sql", quota, k, ceiling, regardless)
-            .fetch_one(executor)
-            .await?;
-        let clock = clock_reading!(row);
-        let over_budget = row.count_after.is_none_or(|after| after > ceiling);
-        return Ok(Reservation {
-            clock,
-            count_after: row.count_after,
-            refusal: over_budget.then_some(Refusal {
-                limit: Limit::Budget,
-                retry_at: clock.window_end,
-            }),
-            lease: None,
-        });
-    };
-    let row = sqlx::query_file!(
-        "sql/reserve_with_cadence.sql",
-        quota,
-        k,
-        ceiling,
-        regardless,
-        cadence.rate,
-        cadence.burst,
-        cadence.adaptive
-    )
-    .fetch_one(executor)
-    .await?;
-    let clock = clock_reading!(row);
-    // A full window outranks missing tokens: the tokens come back sooner.
-    let budget_short = match row.count_after {
-        Some(after) => after > ceiling,
-        None => row.window_count.unwrap_or(0) + k > ceiling,
-    };
-    let refusal = if budget_short {
-        Some(Refusal {
-            limit: Limit::Budget,
-            retry_at: clock.window_end,
-        })
-    } else if row.tokens_sufficed == Some(false)
-        || (row.count_after.is_none() && row.tokens_sufficed.is_none())
-    {
-        Some(Refusal {
-            limit: Limit::Cadence,
-            retry_at: row.tokens_at.unwrap_or(clock.db_now),
-        })
-    } else {
-        None
-    };
-    Ok(Reservation {
-        clock,
-        count_after: row.count_after,
-        refusal,
-        lease: None,
-    })
-}
-
-/// Takes up to `k` single slots of a cadence quota in the caller's
-/// transaction, each with its token, stopping at the first refusal.
-pub async fn take_paced(
-    tx: &mut sqlx::PgConnection,
-    quota: &QuotaRule,
-    k: i64,
-    ceiling: i64,
-) -> Result<super::Take, sqlx::Error> {
-    let spec = SlotSpec {
-        quota,
-        flow: "",
-        slots: 1,
-        ceiling,
-        spend_regardless: false,
-    };
-    let (mut taken, mut count_after) = (0, None);
-    loop {
-        let reservation = reserve_once(&mut *tx, &spec).await?;
-        if reservation.count_after.is_some() {
-            taken += 1;
-            count_after = reservation.count_after;
-        }
-        if reservation.count_after.is_none() || taken == k {
-            return Ok(super::Take {
-                clock: reservation.clock,
-                taken,
-                count_after,
-                stopped_by: reservation.refusal,
-            });
-        }
-    }
 }
 
 /// When the first lease of `quota` expires: the earliest a full set of in-flight places can

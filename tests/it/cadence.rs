@@ -10,7 +10,9 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, pin_clock, set_limits, TestApp};
+use crate::helpers::{
+    create_flow, current_count, pin_clock, set_limits, sync_and_invoice, TestApp,
+};
 
 async fn bucket_tokens(pool: &PgPool, quota: &str) -> f64 {
     sqlx::query_scalar("SELECT tokens FROM quota_bucket WHERE quota = $1")
@@ -357,24 +359,10 @@ async fn eight_concurrent_workers_never_exceed_max_in_flight(pool: PgPool) {
     assert!(emitted > 20, "work got done: {emitted}");
 }
 
-/// Quota `ppf` with a priority-3 flow `sync` and a priority-1 flow `invoice`.
-async fn sync_and_invoice(pool: &PgPool, ceiling: i64) {
-    create_flow(pool, "ppf", ceiling, "sync", "enforce").await;
-    create_flow(pool, "ppf", ceiling, "invoice", "enforce").await;
-    sqlx::query("UPDATE flow SET priority = 3 WHERE name = 'sync'")
-        .execute(pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE flow SET priority = 1 WHERE name = 'invoice'")
-        .execute(pool)
-        .await
-        .unwrap();
-}
-
 #[sqlx::test]
 async fn headroom_keeps_the_top_of_the_window_for_priority_1(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
-    sync_and_invoice(&pool, 10).await;
+    sync_and_invoice(&pool, "ppf", 10).await;
     set_limits(&pool, "ppf", "priority2_share = 90, priority3_share = 80").await;
     let app = TestApp::spawn(pool.clone()).await;
 
@@ -510,7 +498,7 @@ async fn concurrent_grants(app: &Arc<TestApp>, flows: &[&str], n: usize) -> Vec<
 #[sqlx::test]
 async fn concurrent_callers_of_mixed_priorities_keep_the_headroom_exact(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
-    sync_and_invoice(&pool, 100).await;
+    sync_and_invoice(&pool, "ppf", 100).await;
     set_limits(&pool, "ppf", "priority3_share = 80").await;
     let app = Arc::new(TestApp::spawn(pool.clone()).await);
 

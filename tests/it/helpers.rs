@@ -149,6 +149,30 @@ pub async fn set_limits(pool: &PgPool, quota: &str, settings: &str) {
         .unwrap();
 }
 
+/// `quota` with a priority-3 flow `sync` and a priority-1 flow `invoice`.
+pub async fn sync_and_invoice(pool: &PgPool, quota: &str, ceiling: i64) {
+    create_flow(pool, quota, ceiling, "sync", "enforce").await;
+    create_flow(pool, quota, ceiling, "invoice", "enforce").await;
+    sqlx::query("UPDATE flow SET priority = 3 WHERE name = 'sync'")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE flow SET priority = 1 WHERE name = 'invoice'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// How many hold times `flow`'s average lease duration has taken in: one
+/// per lease freed by a report, a done or release, or an undone late grant.
+pub async fn hold_time_samples(pool: &PgPool, flow: &str) -> i64 {
+    sqlx::query_scalar("SELECT samples FROM flow_lease_duration WHERE flow = $1")
+        .bind(flow)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// Slots recorded in the current window of `quota` (0 when it has no row).
 pub async fn current_count(pool: &PgPool, quota: &str) -> i64 {
     sqlx::query_scalar(

@@ -12,6 +12,7 @@ mod metrics;
 mod openapi;
 mod operate;
 mod outage;
+mod paced;
 mod readme;
 mod replicas;
 mod report;

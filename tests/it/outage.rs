@@ -11,8 +11,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, database_url, eventually, metrics_text, pin_clock,
-    postgres_host_port, set_limits, test_config, Replica, StoreProxy, TestApp,
+    create_flow, current_count, database_url, eventually, hold_time_samples, metrics_text,
+    pin_clock, postgres_host_port, set_limits, test_config, Replica, StoreProxy, TestApp,
 };
 
 async fn seed(pool: &PgPool) {
@@ -294,13 +294,8 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
     // Until the late statement commits, the window and the slot still read
     // as before it: wait for the undo's lease release (a second sample of
     // the flow's hold time), which comes after its give-back.
-    eventually(Duration::from_secs(5), 2, || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT samples FROM flow_lease_duration WHERE flow = 'invoice'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
+    eventually(Duration::from_secs(5), 2, || {
+        hold_time_samples(&pool, "invoice")
     })
     .await;
     let leases: i64 = sqlx::query_scalar(

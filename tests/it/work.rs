@@ -402,7 +402,7 @@ async fn a_deferred_claim_without_deadlines_waits_for_the_next_window(pool: PgPo
     assert!(deferred.retry_after_seconds.is_some_and(|s| s > 2900));
 }
 
-async fn enqueue_n(app: &TestApp, flow: &str, n: usize) {
+pub(crate) async fn enqueue_n(app: &TestApp, flow: &str, n: usize) {
     for i in 0..n {
         let (status, _) = enqueue(app, json!({"flow": flow, "payload": {"i": i}})).await;
         assert_eq!(status, 201);

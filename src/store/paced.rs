@@ -1,0 +1,219 @@
+//! Paced quotas (a cadence, in-flight places or both): a group of asks takes
+//! budget slots, cadence tokens and in-flight places in one statement
+//! (`sql/take_paced.sql`), and what rationing says nobody uses goes back in
+//! one statement (`sql/give_back_paced.sql`). A grant gets its slots, its
+//! tokens and its place, or none of them.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor};
+
+use super::{Lease, Refusal, Store, Take};
+use crate::catalog::QuotaRule;
+use crate::clock::ClockReading;
+use crate::decision::Limit;
+
+/// What a group of asks on one paced quota asks of one statement.
+#[derive(Clone, Copy, Debug)]
+pub struct PacedAsks<'a> {
+    /// Each ask's slots (and as many tokens), in rationing order.
+    pub slots: &'a [i64],
+    /// Each ask's flow, in the same order: a place leased for an ask is held
+    /// by its flow. May be empty when no ask needs a place.
+    pub flows: &'a [String],
+    /// The highest ceiling among the asks.
+    pub ceiling: i64,
+    /// Every ask needs an in-flight place (enforced asks on a quota with
+    /// `max_in_flight`).
+    pub need_places: bool,
+    /// Observe mode: every slot is spent, tokens as far as they go, no place.
+    pub spend_regardless: bool,
+}
+
+/// A lease the take made, held for now by the flow of one of the asks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LabelledLease {
+    pub lease: Lease,
+    /// Index (into the asks) of the ask whose flow the lease was made for.
+    pub ask: usize,
+}
+
+/// What a group take answered.
+#[derive(Clone, Debug)]
+pub struct PacedTake {
+    pub clock: ClockReading,
+    /// The window's count the take started from.
+    pub count_before: i64,
+    /// The window's count after the take (`None` when nothing was taken).
+    pub count_after: Option<i64>,
+    /// Budget slots taken, and as many tokens.
+    pub taken: i64,
+    /// What stopped the take short of what was asked: the budget or the
+    /// cadence's tokens.
+    pub slots_bound_by: Limit,
+    /// In-flight places leased, in the order of the asks they were made for.
+    pub leases: Vec<LabelledLease>,
+    /// When the earliest live lease of the quota expires (`None`: none is live).
+    pub first_lease_expiry: Option<DateTime<Utc>>,
+    /// The bucket when the take began: tokens and the rate they refill at.
+    bucket: Option<(f64, f64)>,
+}
+
+impl PacedTake {
+    /// Whole tokens in the bucket when the take began; `None` without a cadence.
+    pub fn tokens(&self) -> Option<i64> {
+        self.bucket.map(|(tokens, _)| tokens.floor() as i64)
+    }
+
+    /// What a refusal by `limit` of an ask of `slots` says, `spent` tokens of
+    /// this take being kept by others: when it could succeed.
+    pub fn refusal(&self, limit: Limit, slots: i64, spent: i64) -> Refusal {
+        let retry_at = match limit {
+            Limit::Budget => self.clock.window_end,
+            Limit::Cadence => self.tokens_at(spent + slots),
+            Limit::InFlight => self.first_lease_expiry.unwrap_or(self.clock.db_now),
+        };
+        Refusal { limit, retry_at }
+    }
+
+    /// When the bucket will have refilled to `tokens` counted from the take's
+    /// start (sub-second, by the database clock).
+    fn tokens_at(&self, tokens: i64) -> DateTime<Utc> {
+        let Some((before, rate)) = self.bucket else {
+            return self.clock.db_now;
+        };
+        let seconds = ((tokens as f64 - before) / rate).max(0.0);
+        self.clock.db_now + chrono::Duration::microseconds((seconds * 1e6).ceil() as i64)
+    }
+}
+
+/// What goes back after a group take.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PacedGiveBack<'a> {
+    pub slots: i64,
+    /// Tokens back to the bucket (never above its burst).
+    pub tokens: i64,
+    /// Leases nobody holds: their places are freed.
+    pub freed: &'a [i64],
+    /// Leases handed to another flow of the group than they were made for.
+    pub handed: &'a [(i64, String)],
+}
+
+impl PacedGiveBack<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.slots == 0 && self.tokens == 0 && self.freed.is_empty() && self.handed.is_empty()
+    }
+}
+
+impl Store {
+    /// One statement for a group of asks on a paced quota: slots, tokens and
+    /// places taken together, shared out by the caller.
+    pub async fn take_paced_group(
+        &self,
+        quota: &QuotaRule,
+        asks: &PacedAsks<'_>,
+    ) -> Result<PacedTake, sqlx::Error> {
+        take_paced_group(self.pool(), quota, asks).await
+    }
+
+    /// Gives back to `quota`'s window `window_start`, its bucket and its
+    /// places what a group take took and no grant uses, in one statement.
+    pub async fn give_back_paced(
+        &self,
+        quota: &QuotaRule,
+        window_start: DateTime<Utc>,
+        back: &PacedGiveBack<'_>,
+    ) -> Result<(), sqlx::Error> {
+        if back.is_empty() {
+            return Ok(());
+        }
+        let cadence = quota.cadence;
+        let (handed, holders): (Vec<i64>, Vec<String>) = back.handed.iter().cloned().unzip();
+        sqlx::query_file!(
+            "sql/give_back_paced.sql",
+            quota.name,
+            window_start,
+            back.slots,
+            back.tokens,
+            cadence.map(|c| c.burst),
+            cadence.is_some_and(|c| c.adaptive),
+            back.freed,
+            &handed,
+            &holders
+        )
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+}
+
+async fn take_paced_group<'e>(
+    db: impl PgExecutor<'e>,
+    quota: &QuotaRule,
+    asks: &PacedAsks<'_>,
+) -> Result<PacedTake, sqlx::Error> {
+    let cadence = quota.cadence;
+    let row = sqlx::query_file!(
+        "sql/take_paced.sql",
+        quota.name,
+        asks.slots,
+        asks.flows,
+        asks.ceiling,
+        asks.need_places,
+        cadence.map(|c| c.rate),
+        cadence.map(|c| c.burst),
+        cadence.is_some_and(|c| c.adaptive),
+        asks.spend_regardless
+    )
+    .fetch_one(db)
+    .await?;
+    let leases = row
+        .lease_ids
+        .iter()
+        .zip(&row.lease_valid_until)
+        .zip(&row.lease_asks)
+        .map(|((&id, &valid_until), &ask)| LabelledLease {
+            lease: Lease { id, valid_until },
+            // Ordinalities count from 1.
+            ask: usize::try_from(ask - 1).unwrap_or_default(),
+        })
+        .collect();
+    Ok(PacedTake {
+        clock: clock_reading!(row),
+        count_before: row.count_before,
+        count_after: row.count_after,
+        taken: row.taken,
+        slots_bound_by: if row.tokens_bound {
+            Limit::Cadence
+        } else {
+            Limit::Budget
+        },
+        leases,
+        first_lease_expiry: row.first_lease_expiry,
+        bucket: row.tokens.zip(row.rate),
+    })
+}
+
+/// Takes up to `k` single slots of a cadence quota in the caller's
+/// transaction (a claim), each with its token, in one statement.
+pub async fn take_paced(
+    tx: &mut PgConnection,
+    quota: &QuotaRule,
+    k: i64,
+    ceiling: i64,
+) -> Result<Take, sqlx::Error> {
+    let slots = vec![1; usize::try_from(k).unwrap_or_default()];
+    let asks = PacedAsks {
+        slots: &slots,
+        flows: &[],
+        ceiling,
+        need_places: false,
+        spend_regardless: false,
+    };
+    let take = take_paced_group(tx, quota, &asks).await?;
+    Ok(Take {
+        clock: take.clock,
+        taken: take.taken,
+        count_after: take.count_after,
+        stopped_by: (take.taken < k).then(|| take.refusal(take.slots_bound_by, 1, take.taken)),
+    })
+}
