@@ -62,7 +62,8 @@ impl Store {
     }
 
     /// The bare conditional upsert, without cadence or leases: a lone
-    /// coalesced decision, the bench baseline, tests.
+    /// coalesced decision, observed groups, and the statement the benchmark's
+    /// pgbench baseline replays.
     /// One conditional upsert (design.md §3.2): takes `slots` of `quota` in the
     /// current window if `count + slots <= ceiling`, or unconditionally when
     /// `spend_regardless` (observe mode keeps `count` honest).
