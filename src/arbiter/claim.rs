@@ -330,7 +330,7 @@ impl Arbiter {
     }
 
     /// Up to `want` slots of an enforced quota for a claim, in a statement of
-    /// its own (with its cadence tokens, one slot at a time, on a cadence
+    /// its own (with its cadence tokens on a cadence
     /// quota); committed at once, so the window row is not held meanwhile.
     /// The statement runs as a task of its own: if the claim gives up while
     /// it runs, what it took once it answers goes back.
@@ -450,7 +450,7 @@ impl Arbiter {
     }
 }
 
-/// Cadence tokens and budget slots together, one slot at a time, in a
+/// Cadence tokens and budget slots together, in one statement and a
 /// transaction of its own.
 async fn take_paced_alone(
     store: &Store,
