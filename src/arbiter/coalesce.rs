@@ -14,7 +14,7 @@
 //! statement also takes the group's cadence tokens and in-flight places, and
 //! the give-back returns unused tokens and frees unused places with the slots.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -24,15 +24,18 @@ use tokio::sync::oneshot;
 use super::rationing::{self, Ask, Rank, Taken};
 use crate::catalog::{QuotaRule, Rule};
 use crate::decision::Limit;
-use crate::store::slots::{give_back_slots, take_slots, Take};
+use crate::store::slots::{give_back_slots, Take};
 use crate::store::{
-    LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, Refusal, Reservation, Store,
+    LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, Refusal, Reservation,
+    Store,
 };
 
 struct Waiter {
     ask: Ask,
     /// The flow asking: the holder of the place it is granted.
     flow: String,
+    /// The quota it asks of: budget-only quotas share one queue.
+    quota: String,
     reply: oneshot::Sender<Result<Reservation, String>>,
 }
 
@@ -44,8 +47,13 @@ enum Mode {
     Observe,
 }
 
-/// One queue per quota and mode.
+/// One queue per quota and mode; enforced decisions on budget-only quotas,
+/// whatever their quota, share the queue keyed [`ACROSS_QUOTAS`].
 type Queues = HashMap<(String, Mode), Queue>;
+
+/// The key of the queue shared by every budget-only quota (not a valid quota
+/// name): one statement takes slots of all the quotas a group asks of.
+const ACROSS_QUOTAS: &str = "";
 
 struct Queue {
     /// The quota's limits as the latest request saw them: a group is decided
@@ -104,9 +112,16 @@ impl Coalescer {
         let waiter = Waiter {
             ask,
             flow: rule.flow.name.clone(),
+            quota: rule.quota.name.clone(),
             reply,
         };
-        let key = (rule.quota.name.clone(), mode);
+        let across = mode == Mode::Enforce && rule.quota.decided_by_window_alone();
+        let queue_name = if across {
+            ACROSS_QUOTAS
+        } else {
+            &rule.quota.name
+        };
+        let key = (queue_name.to_string(), mode);
         let lead = {
             let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
             match queues.get_mut(&key) {
@@ -151,9 +166,7 @@ impl Coalescer {
                 (queue.quota.clone(), std::mem::take(&mut queue.waiters))
             };
             let decided = match key.1 {
-                Mode::Enforce if quota.decided_by_window_alone() => {
-                    self.decide(&quota.name, &mut group).await
-                }
+                Mode::Enforce if key.0 == ACROSS_QUOTAS => self.decide_across(&mut group).await,
                 Mode::Enforce => self.decide_paced(&quota, &mut group).await,
                 // Observed decisions take no place: only a cadence adds to the budget.
                 Mode::Observe if quota.cadence.is_none() => {
@@ -198,50 +211,56 @@ impl Coalescer {
         Ok(())
     }
 
-    async fn decide(&self, quota: &str, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
-        if group.len() == 1 {
-            // Alone: the all-or-nothing upsert, nothing to share or give back.
-            let waiter = group.remove(0);
-            let Ask { slots, ceiling, .. } = waiter.ask;
-            let reserved = self
-                .store
-                .reserve_slots(quota, slots, ceiling, false)
-                .await
-                .map(|r| Reservation {
-                    refusal: r.count_after.is_none().then_some(budget_refusal(&r.clock)),
-                    ..r
-                })
-                .map_err(|e| e.to_string());
-            let granted = match &reserved {
-                Ok(r) if r.count_after.is_some() => Some(r.clock.window_start),
-                _ => None,
-            };
-            if let (Err(_), Some(window)) = (waiter.reply.send(reserved), granted) {
-                // The caller stopped waiting (a 503): nobody emits.
-                self.give_back(quota, window, slots).await;
-            }
-            return Ok(());
+    /// Enforced decisions on budget-only quotas, whatever their quota: one
+    /// statement takes each quota's slots for its part of the group (never
+    /// fewer than its smallest request, so a lone request is all or nothing);
+    /// rationing shares each quota's take out; what nobody uses goes back
+    /// before anyone hears a refusal.
+    async fn decide_across(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
+        let mut by_quota: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, waiter) in group.iter().enumerate() {
+            by_quota.entry(waiter.quota.clone()).or_default().push(i);
         }
-        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
-        let rationing::ToTake {
-            slots: wanted,
-            ceiling,
-            ..
-        } = rationing::to_take(&asks);
-        let take = take_slots(self.store.pool(), quota, wanted, ceiling).await?;
-        let sharing = rationing::share_out(&asks, taken(&take));
-        // Unused slots go back before anyone hears a refusal, so the window
-        // never shows them as spent to a caller who asks next.
-        let window = take.clock.window_start;
-        self.give_back(quota, window, sharing.unused_slots).await;
-        let mut abandoned = 0;
-        for (waiter, refusal) in group.drain(..).zip(sharing.refusals) {
-            let answered = waiter.reply.send(Ok(reservation(&take, refusal)));
-            if refusal.is_none() && answered.is_err() {
-                abandoned += waiter.ask.slots; // the caller stopped waiting: nobody emits
+        let asks: Vec<Vec<Ask>> = by_quota
+            .values()
+            .map(|members| members.iter().map(|&i| group[i].ask).collect())
+            .collect();
+        let quota_asks: Vec<QuotaAsk> = by_quota
+            .keys()
+            .zip(&asks)
+            .map(|(quota, asks)| {
+                let want = rationing::to_take(asks);
+                QuotaAsk {
+                    quota: quota.clone(),
+                    wanted: want.slots,
+                    ceiling: want.ceiling,
+                    smallest: asks.iter().map(|a| a.slots).min().unwrap_or(0),
+                }
+            })
+            .collect();
+        let takes = self.store.take_slots_across(&quota_asks).await?;
+        let mut replies: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
+        for ((members, asks), (ask, take)) in by_quota
+            .values()
+            .zip(&asks)
+            .zip(quota_asks.iter().zip(&takes))
+        {
+            let sharing = rationing::share_out(asks, taken(take));
+            let window = take.clock.window_start;
+            self.give_back(&ask.quota, window, sharing.unused_slots)
+                .await;
+            let mut abandoned = 0;
+            for (&i, refusal) in members.iter().zip(sharing.refusals) {
+                let Some(waiter) = replies[i].take() else {
+                    continue;
+                };
+                let answered = waiter.reply.send(Ok(reservation(take, refusal)));
+                if refusal.is_none() && answered.is_err() {
+                    abandoned += waiter.ask.slots; // the caller stopped waiting: nobody emits
+                }
             }
+            self.give_back(&ask.quota, window, abandoned).await;
         }
-        self.give_back(quota, window, abandoned).await;
         Ok(())
     }
 

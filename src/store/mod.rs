@@ -27,7 +27,7 @@ pub use paced::{take_paced, LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reserve::{
     first_lease_expiry, AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease,
 };
-pub use slots::Take;
+pub use slots::{QuotaAsk, Take};
 pub use work::{NewWork, WorkItem};
 
 use sqlx::PgPool;

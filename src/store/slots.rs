@@ -20,7 +20,58 @@ pub struct Take {
     pub stopped_by: Option<Refusal>,
 }
 
+/// One quota's part of a take across quotas.
+#[derive(Clone, Debug)]
+pub struct QuotaAsk {
+    pub quota: String,
+    /// Slots asked for the quota's whole group.
+    pub wanted: i64,
+    /// The highest ceiling among the group's requests.
+    pub ceiling: i64,
+    /// The smallest request of the group: fewer slots left than this is nothing.
+    pub smallest: i64,
+}
+
 impl Store {
+    /// One statement takes slots of every quota in `asks` (each row its own
+    /// conditional upsert, rows locked in quota order); the takes answer in
+    /// the order of `asks`, with 0 taken where a window had too little left.
+    pub async fn take_slots_across(&self, asks: &[QuotaAsk]) -> Result<Vec<Take>, sqlx::Error> {
+        let quotas: Vec<String> = asks.iter().map(|a| a.quota.clone()).collect();
+        let wanted: Vec<i64> = asks.iter().map(|a| a.wanted).collect();
+        let ceilings: Vec<i64> = asks.iter().map(|a| a.ceiling).collect();
+        let smallest: Vec<i64> = asks.iter().map(|a| a.smallest).collect();
+        let rows = sqlx::query_file!(
+            "sql/take_slots_across.sql",
+            &quotas,
+            &wanted,
+            &ceilings,
+            &smallest
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let clock = rows
+            .first()
+            .map(|row| clock_reading!(row))
+            .ok_or(sqlx::Error::RowNotFound)?;
+        Ok(asks
+            .iter()
+            .map(|ask| {
+                let row = rows.iter().find(|r| r.quota.as_deref() == Some(&ask.quota));
+                let taken = row.and_then(|r| r.taken).unwrap_or(0);
+                Take {
+                    clock,
+                    taken,
+                    count_after: row.and_then(|r| r.count_after),
+                    stopped_by: (taken < ask.wanted).then_some(Refusal {
+                        limit: Limit::Budget,
+                        retry_at: clock.window_end,
+                    }),
+                }
+            })
+            .collect())
+    }
+
     pub async fn take_slots(&self, quota: &str, k: i64, ceiling: i64) -> Result<Take, sqlx::Error> {
         take_slots(self.pool(), quota, k, ceiling).await
     }

@@ -379,3 +379,57 @@ async fn concurrent_mixed_counts_never_over_grant_and_leave_no_stray_slots(pool:
     // Slots taken for a group but not usable by it were given back.
     assert_eq!(current_count(&pool, "ppf").await, granted);
 }
+
+#[sqlx::test]
+async fn concurrent_requests_for_many_quotas_share_statements_and_get_exactly_each_ceiling(
+    pool: PgPool,
+) {
+    let pool = pin_clock(&pool, 10).await;
+    const QUOTAS: usize = 20;
+    for q in 0..QUOTAS {
+        create_flow(
+            &pool,
+            &format!("q{q:02}"),
+            5,
+            &format!("f{q:02}"),
+            "enforce",
+        )
+        .await;
+    }
+    // Two replicas: their statements lock overlapping sets of window rows.
+    let apps = [
+        TestApp::spawn(pool.clone()).await,
+        TestApp::spawn(pool.clone()).await,
+    ];
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..(QUOTAS * 20) {
+        let app = &apps[i % 2];
+        let (client, base) = (app.client.clone(), app.base.clone());
+        let count = if i % 7 == 0 { 2 } else { 1 };
+        let body = json!({"flow": format!("f{:02}", (i * 7) % QUOTAS), "count": count});
+        calls.spawn(async move {
+            let response = crate::helpers::post_reserve(&client, &base, body).await;
+            assert_eq!(response.status(), 200, "no deadlock, no outage");
+            let decision: Value = response.json().await.unwrap();
+            (
+                decision["flow"].as_str().unwrap().to_string(),
+                decision["outcome"] == "granted",
+                count,
+            )
+        });
+    }
+    let mut granted = std::collections::BTreeMap::<String, i64>::new();
+    while let Some(answer) = calls.join_next().await {
+        let (flow, was_granted, count) = answer.unwrap();
+        *granted.entry(flow).or_default() += if was_granted { count } else { 0 };
+    }
+    for q in 0..QUOTAS {
+        let slots = granted.get(&format!("f{q:02}")).copied().unwrap_or(0);
+        assert_eq!(slots, 5, "f{q:02}: exactly its ceiling granted");
+        assert_eq!(
+            current_count(&pool, &format!("q{q:02}")).await,
+            5,
+            "q{q:02}"
+        );
+    }
+}
