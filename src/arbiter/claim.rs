@@ -165,17 +165,11 @@ impl Drop for HeldTakes {
     }
 }
 
-/// Slots taken that no leased item uses; failing to give them back leaves an
-/// over-count, never an under-count.
+/// Slots taken that no leased item uses.
 async fn give_back(store: Store, unused: Vec<(String, Take, i64)>) {
     for (quota, take, slots) in unused {
-        if slots < 1 {
-            continue;
-        }
         let window = take.clock.window_start;
-        if let Err(error) = store.give_back_slots(&quota, window, slots).await {
-            tracing::warn!(%error, quota, slots, "claim slots not given back: counted as spent");
-        }
+        store.give_back_unused(&quota, window, slots).await;
     }
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use super::rationing::{self, Ask, Rank, Taken};
 use crate::catalog::{QuotaRule, Rule};
 use crate::decision::Limit;
-use crate::store::slots::{give_back_slots, Take};
+use crate::store::slots::Take;
 use crate::store::{
     LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, Refusal, Reservation,
     Store,
@@ -408,13 +408,9 @@ impl Coalescer {
     }
 
     async fn give_back(&self, quota: &str, window_start: DateTime<Utc>, slots: i64) {
-        if slots == 0 {
-            return;
-        }
-        let back = give_back_slots(self.store.pool(), quota, window_start, slots);
-        if let Err(error) = back.await {
-            tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
-        }
+        self.store
+            .give_back_unused(quota, window_start, slots)
+            .await;
     }
 }
 

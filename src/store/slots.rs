@@ -84,6 +84,18 @@ impl Store {
     ) -> Result<(), sqlx::Error> {
         give_back_slots(self.pool(), quota, window_start, slots).await
     }
+
+    /// Gives back slots a take got that no request uses. A failure leaves
+    /// them counted as spent — an over-count, never an under-count — and is
+    /// logged here, once, for every path that gives back.
+    pub async fn give_back_unused(&self, quota: &str, window_start: DateTime<Utc>, slots: i64) {
+        if slots < 1 {
+            return;
+        }
+        if let Err(error) = self.give_back_slots(quota, window_start, slots).await {
+            tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
+        }
+    }
 }
 
 /// One conditional upsert (design.md §3.2, §8): takes `least(k, what is left)`
