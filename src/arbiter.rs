@@ -6,28 +6,26 @@ mod claim;
 mod coalesce;
 mod observe;
 mod rationing;
+mod shell;
 mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::catalog::{Catalog, Mode, Rule};
 use crate::clock::DbClock;
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::metrics::Metrics;
-use crate::store::{Refusal, Store};
+use crate::store::{Refusal, Store, Take};
 use crate::tally::Ledger;
 
 use coalesce::Coalescer;
+use shell::{Operation, Shell};
 
 pub use batch::MAX_BATCH_ITEMS;
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
-
-/// The store could not decide in time; for an enforced flow that is a 503.
-#[derive(Debug, thiserror::Error)]
-#[error("quota store unavailable: {0}")]
-pub struct StoreUnavailable(pub String);
+pub use shell::{StoreError, StoreUnavailable};
 
 #[derive(Clone)]
 pub struct Arbiter {
@@ -36,7 +34,7 @@ pub struct Arbiter {
     ledger: Ledger,
     clock: DbClock,
     metrics: Metrics,
-    store_timeout: Duration,
+    shell: Shell,
     /// Spreads rollout decisions of requests without a `ref`.
     unkeyed: Arc<AtomicU64>,
     coalescer: Coalescer,
@@ -53,24 +51,21 @@ impl Arbiter {
     ) -> Self {
         Self {
             coalescer: Coalescer::new(store.clone()),
+            shell: Shell::new(metrics.clone(), clock.clone(), store_timeout),
             store,
             catalog,
             ledger,
             clock,
             metrics,
-            store_timeout,
             unkeyed: Arc::default(),
         }
     }
 
     #[tracing::instrument(skip(self, request), fields(flow = %request.flow, count = request.count))]
-    pub async fn decide(&self, request: &SlotRequest) -> Result<Decision, StoreUnavailable> {
+    pub async fn decide(&self, request: &SlotRequest) -> Result<Decision, StoreError> {
         // Before the first catalog load nobody can tell an enforced flow from
         // an unknown one: fail closed rather than wave everything through.
-        let snapshot = self
-            .catalog
-            .snapshot()
-            .ok_or_else(|| StoreUnavailable("catalog not loaded yet".into()))?;
+        let snapshot = self.catalog.snapshot().ok_or_else(catalog_not_loaded)?;
         let Some(rule) = snapshot.rule(&request.flow) else {
             return Ok(self.settle(
                 Decision::new(Outcome::Unthrottled, &request.flow),
@@ -102,11 +97,11 @@ impl Arbiter {
         decision: Decision,
         rule: &Rule,
         request: &SlotRequest,
-    ) -> Result<Decision, StoreUnavailable> {
+    ) -> Result<Decision, StoreError> {
         if rule.quota.ceiling_for(rule.flow.priority) < 1 {
             // The guard runs before the upsert, whose insert branch would
             // otherwise be the only thing between a zero ceiling and a grant.
-            let clock = self.bounded(self.store.read_clock(), "read_clock").await?;
+            let clock = self.read_clock().await?;
             let mut decision = decision.deferred_until(clock.window_end, clock.db_now);
             decision.window_start = Some(clock.window_start);
             decision.limit = Some(Limit::Budget);
@@ -145,76 +140,42 @@ impl Arbiter {
 
     /// Enforced decisions are coalesced with concurrent ones for the same
     /// quota: one statement per group, its cadence tokens and in-flight
-    /// places included. A grant whose caller stopped waiting is undone.
+    /// places included. A grant whose caller stopped waiting is undone by the
+    /// coalescer.
     async fn reserve_enforced(
         &self,
         rule: &Rule,
         request: &SlotRequest,
-    ) -> Result<crate::store::Reservation, StoreUnavailable> {
-        self.timed(
-            self.coalescer
-                .reserve(rule, request.count, request.deadline),
-        )
-        .await
+    ) -> Result<crate::store::Reservation, StoreError> {
+        let reserved = self
+            .coalescer
+            .reserve(rule, request.count, request.deadline);
+        self.shell.run(Operation::Reserve, reserved).await
     }
 
-    /// Runs a reservation as a task of its own within the time budget:
-    /// dropping a statement mid-flight would leave it unknown whether it
-    /// spent anything. In time: its outcome (latency measured, clock kept).
-    /// Too late: the task, still running, for the caller to settle.
-    async fn reserve_in_budget(
+    /// The guard before a take for a ceiling below 1 answers a deferral
+    /// until the next window: it needs the database clock.
+    async fn read_clock(&self) -> Result<crate::clock::ClockReading, StoreError> {
+        let clock = self.store.read_clock();
+        self.shell.run(Operation::ReadClock, clock).await
+    }
+
+    /// A take of `quota`'s slots (a batch's, a claim's), detached: if its
+    /// caller stops waiting, what it took goes back once it answers.
+    async fn take(
         &self,
-        call: impl std::future::Future<Output = Result<crate::store::Reservation, sqlx::Error>>
-            + Send
-            + 'static,
-    ) -> Result<Result<crate::store::Reservation, sqlx::Error>, Attempt> {
-        let started = Instant::now();
-        let mut attempt = tokio::spawn(call);
-        let Ok(joined) = tokio::time::timeout(self.store_timeout, &mut attempt).await else {
-            self.metrics.store_error("reserve");
-            return Err(attempt);
-        };
-        match joined.unwrap_or_else(|crashed| Err(sqlx::Error::Protocol(crashed.to_string()))) {
-            Ok(reservation) => {
-                self.metrics
-                    .record_reserve_seconds(started.elapsed().as_secs_f64());
-                self.clock.note(reservation.clock);
-                Ok(Ok(reservation))
+        shell: &Shell,
+        quota: &str,
+        call: impl std::future::Future<Output = Result<Take, sqlx::Error>> + Send + 'static,
+    ) -> Result<Take, StoreError> {
+        let (store, quota) = (self.store.clone(), quota.to_string());
+        let settle = move |unused: Result<Take, StoreError>| async move {
+            if let Ok(take) = unused {
+                let window = take.clock.window_start;
+                store.give_back_unused(&quota, window, take.taken).await;
             }
-            Err(error) => {
-                self.metrics.store_error("reserve");
-                Ok(Err(error))
-            }
-        }
-    }
-
-    /// A reservation within the time budget, its latency measured and its
-    /// database clock reading kept for the paths that cannot ask.
-    async fn timed(
-        &self,
-        call: impl std::future::Future<Output = Result<crate::store::Reservation, sqlx::Error>>,
-    ) -> Result<crate::store::Reservation, StoreUnavailable> {
-        let started = Instant::now();
-        let reservation = self.bounded(call, "reserve").await?;
-        self.metrics
-            .record_reserve_seconds(started.elapsed().as_secs_f64());
-        self.clock.note(reservation.clock);
-        Ok(reservation)
-    }
-
-    /// Runs a store call within the decision's time budget.
-    async fn bounded<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, sqlx::Error>>,
-        operation: &str,
-    ) -> Result<T, StoreUnavailable> {
-        let outcome = match tokio::time::timeout(self.store_timeout, call).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(error)) => StoreUnavailable(error.to_string()),
-            Err(_) => StoreUnavailable(format!("no answer within {:?}", self.store_timeout)),
         };
-        self.metrics.store_error(operation);
-        Err(outcome)
+        shell.run_detached(Operation::TakeSlots, call, settle).await
     }
 
     fn settle(&self, decision: Decision, had_deadline: bool, known_flow: bool) -> Decision {
@@ -224,24 +185,10 @@ impl Arbiter {
     }
 }
 
-/// A reservation still running when its answer was due.
-type Attempt = tokio::task::JoinHandle<Result<crate::store::Reservation, sqlx::Error>>;
-
-/// How long a reservation answered too late may still run before it is
-/// given up (its slots then stay counted: an over-count, never an under-count).
-const LATE_LIMIT: Duration = Duration::from_secs(60);
-
-/// What a late reservation came to; `None` when it was given up.
-async fn late_outcome(
-    mut attempt: Attempt,
-) -> Option<Result<crate::store::Reservation, sqlx::Error>> {
-    match tokio::time::timeout(LATE_LIMIT, &mut attempt).await {
-        Ok(joined) => Some(joined.unwrap_or_else(|c| Err(sqlx::Error::Protocol(c.to_string())))),
-        Err(_) => {
-            attempt.abort();
-            None
-        }
-    }
+/// Before the first catalog load nobody can tell an enforced flow from an
+/// unknown one: the decision paths fail closed.
+fn catalog_not_loaded() -> StoreError {
+    StoreUnavailable("catalog not loaded yet".into()).into()
 }
 
 /// Whether a refused decision of a flow enforced at `percent` is deferred.

@@ -13,7 +13,8 @@ use std::task::Poll;
 use super::coalesce::taken;
 use super::observe::{late_would_defers, past_ceiling};
 use super::rationing::{self, Ask, Rank};
-use super::{Arbiter, StoreUnavailable};
+use super::shell::{Operation, StoreError};
+use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
 use crate::clock::ClockReading;
@@ -47,7 +48,7 @@ impl Arbiter {
         &self,
         bypass: &BypassDesk,
         requests: &[SlotRequest],
-    ) -> Result<Vec<Decision>, StoreUnavailable> {
+    ) -> Result<Vec<Decision>, StoreError> {
         let sorted = self.sort_batch(bypass, requests)?;
         let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
         let mut settled = Vec::new();
@@ -97,7 +98,7 @@ impl Arbiter {
         &self,
         bypass: &BypassDesk,
         requests: &[SlotRequest],
-    ) -> Result<Sorted, StoreUnavailable> {
+    ) -> Result<Sorted, StoreError> {
         let snapshot = self.catalog.snapshot();
         let rules: Vec<Option<Rule>> = requests
             .iter()
@@ -118,7 +119,7 @@ impl Arbiter {
             // Before the first catalog load an enforced flow cannot be told
             // from an unknown one: fail closed, as /v1/reserve does.
             if snapshot.is_none() {
-                return Err(StoreUnavailable("catalog not loaded yet".into()));
+                return Err(catalog_not_loaded());
             }
             let Some(rule) = rules[i].clone() else {
                 sorted.unknown.push(i);
@@ -152,7 +153,7 @@ impl Arbiter {
         &self,
         requests: &[SlotRequest],
         items: &[(usize, Rule)],
-    ) -> Result<Vec<(usize, Decision)>, StoreUnavailable> {
+    ) -> Result<Vec<(usize, Decision)>, StoreError> {
         let quota = &items[0].1.quota;
         let asks: Vec<Ask> = items
             .iter()
@@ -171,22 +172,15 @@ impl Arbiter {
         } = rationing::to_take(&asks);
         if ceiling < 1 {
             // The guard runs before the upsert, as in the single decision.
-            let clock = self.bounded(self.store.read_clock(), "read_clock").await?;
+            let clock = self.read_clock().await?;
             return Ok(items
                 .iter()
                 .map(|(i, rule)| (*i, budget_deferral(rule, &clock)))
                 .collect());
         }
-        let started = std::time::Instant::now();
-        let take = self
-            .bounded(
-                self.store.take_slots(&quota.name, wanted, ceiling),
-                "take_slots",
-            )
-            .await?;
-        self.metrics
-            .record_reserve_seconds(started.elapsed().as_secs_f64());
-        self.clock.note(take.clock);
+        let (store, name) = (self.store.clone(), quota.name.clone());
+        let take = async move { store.take_slots(&name, wanted, ceiling).await };
+        let take = self.take(&self.shell, &quota.name, take).await?;
         let sharing = rationing::share_out(&asks, taken(&take));
         let decisions = items
             .iter()
@@ -211,7 +205,7 @@ impl Arbiter {
     /// Failing to give them back leaves an over-count, never an under-count.
     async fn give_back(&self, quota: &str, window_start: chrono::DateTime<chrono::Utc>, n: i64) {
         let given = self.store.give_back_slots(quota, window_start, n);
-        if let Err(error) = self.bounded(given, "give_back_slots").await {
+        if let Err(error) = self.shell.run(Operation::GiveBackSlots, given).await {
             tracing::warn!(%error, quota, slots = n, "slots not given back; left as over-count");
         }
     }

@@ -22,12 +22,13 @@ use utoipa::ToSchema;
 use super::batch::with_rule;
 use super::observe::{late_would_defers, past_ceiling};
 use super::rationing::Ask;
-use super::{Arbiter, StoreUnavailable};
+use super::shell::{Operation, StoreError};
+use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::store::claim::{ClaimLane, ClaimLeases, ClaimScope, EnforcedLane};
-use crate::store::{take_paced, Refusal, Store, Take, WorkItem};
+use crate::store::{Refusal, Store, Take, WorkItem};
 
 /// Most items one claim may lease.
 pub const MAX_CLAIM: i64 = 100;
@@ -187,18 +188,13 @@ impl Arbiter {
         &self,
         bypass: &BypassDesk,
         request: &ClaimRequest,
-    ) -> Result<Claim, StoreUnavailable> {
+    ) -> Result<Claim, StoreError> {
         // Without the catalog nobody can tell an enforced flow from an
         // unknown one: fail closed.
-        let snapshot = self
-            .catalog
-            .snapshot()
-            .ok_or_else(|| StoreUnavailable("catalog not loaded yet".into()))?;
+        let snapshot = self.catalog.snapshot().ok_or_else(catalog_not_loaded)?;
         let lanes = Lanes::new(&snapshot, request.flows.as_deref());
         let horizon = bypass.horizon().num_milliseconds() as f64 / 1000.0;
-        let leased = self
-            .bounded(self.lease_items(&lanes, request, horizon), "claim_work")
-            .await?;
+        let leased = self.lease_items(&lanes, request, horizon).await?;
         if leased.leases.items.is_empty() {
             return self
                 .nothing_claimed(request, horizon, leased.lifts_first)
@@ -259,13 +255,14 @@ impl Arbiter {
 
     /// Takes the slots of each enforced lane with work, each in a statement
     /// of its own, then leases items in one transaction, then gives back the
-    /// slots no leased item uses.
+    /// slots no leased item uses; all within one time budget.
     async fn lease_items(
         &self,
         lanes: &Lanes,
         request: &ClaimRequest,
         horizon_seconds: f64,
-    ) -> Result<Leased, sqlx::Error> {
+    ) -> Result<Leased, StoreError> {
+        let shell = self.shell.one_budget();
         let worker_flows = request.flows.as_deref();
         let enforced_flows: Vec<String> = lanes
             .enforced
@@ -279,7 +276,7 @@ impl Arbiter {
             let look =
                 self.store
                     .busy_flows(worker_flows, horizon_seconds, throttled, &enforced_flows);
-            look.await?
+            shell.run(Operation::ClaimWork, look).await?
         };
         let mut held = HeldTakes::new(self.store.clone());
         let mut enforced = Vec::new();
@@ -290,7 +287,9 @@ impl Arbiter {
                 // The guard: a ceiling below 1 grants nothing.
                 continue;
             }
-            let take = self.take_for_claim(quota, request.max, ceiling).await?;
+            let (store, lane, want) = (self.store.clone(), quota.clone(), request.max);
+            let take = async move { store.take_for_claim(&lane, want, ceiling).await };
+            let take = self.take(&shell, name, take).await?;
             if take.taken == 0 {
                 lifts_first = earliest(lifts_first, take.stopped_by);
                 continue;
@@ -312,7 +311,9 @@ impl Arbiter {
             observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),
             enforced,
         };
-        let leases = self.store.lease_claim(&scope).await?;
+        let leases = shell
+            .run(Operation::ClaimWork, self.store.lease_claim(&scope))
+            .await?;
         let takes: Vec<Take> = held.takes.iter().map(|(_, take)| *take).collect();
         held.settle(&leases.used).await;
         let lifts_first = earliest(lifts_first, leases.places_full);
@@ -321,34 +322,6 @@ impl Arbiter {
             takes,
             lifts_first,
         })
-    }
-
-    /// Up to `want` slots of an enforced quota for a claim, in a statement of
-    /// its own (with its cadence tokens on a cadence
-    /// quota); committed at once, so the window row is not held meanwhile.
-    /// The statement runs as a task of its own: if the claim gives up while
-    /// it runs, what it took once it answers goes back.
-    async fn take_for_claim(
-        &self,
-        quota: &QuotaRule,
-        want: i64,
-        ceiling: i64,
-    ) -> Result<Take, sqlx::Error> {
-        let (store, quota) = (self.store.clone(), quota.clone());
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let take = if quota.cadence.is_none() {
-                store.take_slots(&quota.name, want, ceiling).await
-            } else {
-                take_paced_alone(&store, &quota, want, ceiling).await
-            };
-            if let Err(Ok(take)) = answer.send(take) {
-                give_back(store, vec![(quota.name, take, take.taken)]).await;
-            }
-        });
-        answered
-            .await
-            .unwrap_or_else(|_| Err(sqlx::Error::Protocol("claim take stopped".into())))
     }
 
     /// Observed items are granted regardless; their quota's slots are spent
@@ -402,14 +375,11 @@ impl Arbiter {
         request: &ClaimRequest,
         horizon_seconds: f64,
         lifts_first: Option<Refusal>,
-    ) -> Result<Claim, StoreUnavailable> {
+    ) -> Result<Claim, StoreError> {
         let backlog = self
-            .bounded(
-                self.store
-                    .backlog(request.flows.as_deref(), horizon_seconds),
-                "work_backlog",
-            )
-            .await?;
+            .store
+            .backlog(request.flows.as_deref(), horizon_seconds);
+        let backlog = self.shell.run(Operation::WorkBacklog, backlog).await?;
         if backlog.pending == 0 {
             return Ok(Claim {
                 outcome: ClaimOutcome::Empty,
@@ -442,20 +412,6 @@ impl Arbiter {
             limit,
         })
     }
-}
-
-/// Cadence tokens and budget slots together, in one statement and a
-/// transaction of its own.
-async fn take_paced_alone(
-    store: &Store,
-    quota: &QuotaRule,
-    want: i64,
-    ceiling: i64,
-) -> Result<Take, sqlx::Error> {
-    let mut tx = store.pool().begin().await?;
-    let take = take_paced(&mut tx, quota, want, ceiling).await?;
-    tx.commit().await?;
-    Ok(take)
 }
 
 /// The refusal that lifts first.

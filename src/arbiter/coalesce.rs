@@ -22,12 +22,12 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use super::rationing::{self, Ask, Rank, Taken};
+use super::shell::{StoreError, StoreUnavailable};
 use crate::catalog::{QuotaRule, Rule};
 use crate::decision::Limit;
-use crate::store::slots::Take;
 use crate::store::{
     LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, Refusal, Reservation,
-    Store,
+    Store, Take,
 };
 
 struct Waiter {
@@ -36,7 +36,7 @@ struct Waiter {
     flow: String,
     /// The quota it asks of: budget-only quotas share one queue.
     quota: String,
-    reply: oneshot::Sender<Result<Reservation, String>>,
+    reply: oneshot::Sender<Result<Reservation, StoreError>>,
 }
 
 /// Enforced decisions are rationed; observed ones are spent regardless, in
@@ -86,7 +86,7 @@ impl Coalescer {
         rule: &Rule,
         slots: i64,
         deadline: Option<DateTime<Utc>>,
-    ) -> Result<Reservation, sqlx::Error> {
+    ) -> Result<Reservation, StoreError> {
         let priority = rule.flow.priority;
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let ask = Ask {
@@ -101,13 +101,13 @@ impl Coalescer {
     /// Spends `slots` of `rule`'s quota regardless, together with whoever
     /// else is observing it now; the refusal says what enforcement would have
     /// done. Observed decisions take no in-flight place.
-    pub async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, sqlx::Error> {
+    pub async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, StoreError> {
         let ceiling = rule.quota.ceiling_for(rule.flow.priority);
         self.join(rule, Mode::Observe, Ask::observed(slots, ceiling))
             .await
     }
 
-    async fn join(&self, rule: &Rule, mode: Mode, ask: Ask) -> Result<Reservation, sqlx::Error> {
+    async fn join(&self, rule: &Rule, mode: Mode, ask: Ask) -> Result<Reservation, StoreError> {
         let (reply, answer) = oneshot::channel();
         let waiter = Waiter {
             ask,
@@ -147,8 +147,7 @@ impl Coalescer {
         }
         answer
             .await
-            .map_err(|_| sqlx::Error::Protocol("coalescer stopped".into()))?
-            .map_err(sqlx::Error::Protocol)
+            .unwrap_or_else(|_| Err(StoreError::Failed("coalescer stopped".into())))
     }
 
     /// Decides the quota's queue, group after group, until it is empty.
@@ -177,7 +176,7 @@ impl Coalescer {
             if let Err(error) = decided {
                 // The group's statement failed: every waiter not answered yet
                 // hears why.
-                let error = error.to_string();
+                let error = StoreError::from(error);
                 for waiter in group {
                     let _ = waiter.reply.send(Err(error.clone()));
                 }
@@ -318,7 +317,7 @@ impl Coalescer {
                 // reporting it would be refused. Nobody emits on it; its slot
                 // stays counted and the lease expires by itself.
                 None if handout.handed_over[i] && !settled => {
-                    Err("in-flight place not handed over".to_string())
+                    Err(StoreUnavailable("in-flight place not handed over".to_string()).into())
                 }
                 None => Ok(Reservation {
                     clock: take.clock,

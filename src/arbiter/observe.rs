@@ -1,14 +1,15 @@
 //! Observe mode: the full reservation runs, the answer is always a grant.
 //! The emission must not wait on a slow store, yet the window count stays the
-//! honest record: a statement still running when the answer is due is left to
-//! finish in the background (dropping it mid-flight would leave it unknown
-//! whether it counted) and its would-defers join the tallies late; only a
-//! statement that fails is counted after the fact.
+//! honest record: the statement runs detached (design.md §9), so one still
+//! running when the answer is due finishes in the background and its
+//! would-defers join the tallies late; only a statement that fails (or is
+//! given up) is counted after the fact.
 
 use std::future::Future;
 
 use super::rationing::{self, Ask};
-use super::{late_outcome, Arbiter, Attempt};
+use super::shell::{Operation, StoreError};
+use super::Arbiter;
 use crate::catalog::Rule;
 use crate::decision::{Decision, SlotRequest};
 use crate::store::Reservation;
@@ -57,51 +58,35 @@ impl Arbiter {
         slots: i64,
         late_tally: impl FnOnce() -> LateTally,
     ) -> Option<Reservation> {
-        let quota = &rule.quota.name;
-        match self.reserve_in_budget(self.observation(rule, slots)).await {
-            Ok(Ok(reservation)) => return Some(reservation),
-            Ok(Err(error)) => {
-                tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
-                self.ledger.spend_after_the_fact(quota, None, slots);
+        let (ledger, quota, tally) = (self.ledger.clone(), rule.quota.name.clone(), late_tally());
+        let settle = move |unused: Result<Reservation, StoreError>| {
+            match unused {
+                Ok(reservation) => tally(&reservation, &ledger),
+                Err(error) => {
+                    tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
+                    ledger.spend_after_the_fact(&quota, None, slots);
+                }
             }
-            Err(late) => {
-                tracing::warn!(quota, timeout = ?self.store_timeout, "observed decision answered before the store; its statement finishes in the background");
-                let ledger = self.ledger.clone();
-                tokio::spawn(settle_late(
-                    late,
-                    ledger,
-                    quota.clone(),
-                    slots,
-                    late_tally(),
-                ));
-            }
-        }
-        None
+            std::future::ready(())
+        };
+        let observed = self.observation(rule, slots);
+        let spent = self
+            .shell
+            .run_detached(Operation::Reserve, observed, settle);
+        spent
+            .await
+            .inspect_err(|error| tracing::warn!(%error, quota = rule.quota.name, "observed decision answered without the store"))
+            .ok()
     }
 
     fn observation(
         &self,
         rule: &Rule,
         slots: i64,
-    ) -> impl Future<Output = Result<Reservation, sqlx::Error>> + Send + 'static {
+    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send + 'static {
         let (coalescer, rule) = (self.coalescer.clone(), rule.clone());
         // Spent together with every other observation of the quota in flight.
         async move { coalescer.observe(&rule, slots).await }
-    }
-}
-
-/// Waits for an observation already answered; what it finds joins the record.
-async fn settle_late(attempt: Attempt, ledger: Ledger, quota: String, slots: i64, late: LateTally) {
-    match late_outcome(attempt).await {
-        Some(Ok(reservation)) => late(&reservation, &ledger),
-        Some(Err(_)) => ledger.spend_after_the_fact(&quota, None, slots),
-        None => {
-            tracing::warn!(
-                quota,
-                "late observation gave no answer; counting after the fact"
-            );
-            ledger.spend_after_the_fact(&quota, None, slots);
-        }
     }
 }
 

@@ -10,7 +10,7 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::error::{store_unreachable, ApiError};
+use super::error::ApiError;
 use super::AppState;
 use crate::store::{FlowRow, UsageRow, WindowRow};
 
@@ -46,7 +46,7 @@ pub async fn dashboard(State(state): State<AppState>) -> Response {
     };
     let why = match tokio::time::timeout(state.store_timeout, read).await {
         Ok(Ok(page)) => return Html(page).into_response(),
-        Ok(Err(error)) if !store_unreachable(&error) => {
+        Ok(Err(error)) if !crate::store::unreachable(&error) => {
             return ApiError::from(error).into_response()
         }
         Ok(Err(error)) => error.to_string(),

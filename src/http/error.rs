@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::arbiter::StoreUnavailable;
+use crate::arbiter::{StoreError, StoreUnavailable};
 use crate::store::CatalogError;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -149,7 +149,7 @@ impl IntoResponse for ApiError {
 impl From<sqlx::Error> for ApiError {
     /// A store that cannot be reached is an outage (503), not a bug (500).
     fn from(error: sqlx::Error) -> Self {
-        if store_unreachable(&error) {
+        if crate::store::unreachable(&error) {
             ApiError::StoreUnavailable(StoreUnavailable(error.to_string()))
         } else {
             ApiError::Internal(error.into())
@@ -157,21 +157,14 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
-/// Errors that say the store could not be reached or is going away, as
-/// opposed to a statement that failed.
-pub fn store_unreachable(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        // Class 08: connection exception; 57P01-57P03: shutdown, cannot
-        // connect now; 53300: too many connections.
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || ["57P01", "57P02", "57P03", "53300"].contains(&&*code)
-        }),
-        _ => false,
+impl From<StoreError> for ApiError {
+    /// A store out of reach is a 503; a statement that failed is an opaque
+    /// 500, its cause logged once by the middleware.
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(unavailable) => ApiError::StoreUnavailable(unavailable),
+            StoreError::Failed(why) => ApiError::Internal(anyhow::anyhow!(why)),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use super::reserve::first_lease_expiry;
 use super::work::{
     first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, Lane, PlaceLease,
 };
-use super::{Refusal, Store, WorkItem};
+use super::{Refusal, Store, Take, WorkItem};
 use crate::catalog::QuotaRule;
 use crate::decision::{Limit, Outcome};
 
@@ -71,6 +71,22 @@ pub struct ClaimLeases {
 }
 
 impl Store {
+    /// Up to `want` slots of an enforced quota for a claim's lane (with their
+    /// cadence tokens on a cadence quota), in a statement of its own:
+    /// committed at once, so no claim holds the window row while it looks
+    /// for items. The caller guards `ceiling < 1`.
+    pub async fn take_for_claim(
+        &self,
+        quota: &QuotaRule,
+        want: i64,
+        ceiling: i64,
+    ) -> Result<Take, sqlx::Error> {
+        match quota.cadence {
+            None => self.take_slots(&quota.name, want, ceiling).await,
+            Some(_) => self.take_paced_slots(quota, want, ceiling).await,
+        }
+    }
+
     /// Which of `enforced` flows have claimable work outside the bypass
     /// horizon: a hint that spares a claim a take on quotas with nothing to
     /// claim. Locks nothing.

@@ -17,16 +17,16 @@ mod bootstrap;
 pub mod claim;
 mod history;
 mod paced;
+mod reach;
 mod reserve;
-pub mod slots;
+mod slots;
 pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
-pub use paced::{take_paced, LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
-pub use reserve::{
-    first_lease_expiry, AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease,
-};
+pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
+pub use reach::unreachable;
+pub use reserve::{AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease};
 pub use slots::{QuotaAsk, Take};
 pub use work::{NewWork, WorkItem};
 

@@ -4,13 +4,11 @@
 //! one statement (`sql/give_back_paced.sql`). A grant gets its slots, its
 //! tokens and its place, or none of them.
 
-use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgExecutor};
-
 use super::{Lease, Refusal, Store, Take};
 use crate::catalog::QuotaRule;
 use crate::clock::ClockReading;
 use crate::decision::Limit;
+use chrono::{DateTime, Utc};
 
 /// What a group of asks on one paced quota asks of one statement.
 #[derive(Clone, Copy, Debug)]
@@ -112,7 +110,46 @@ impl Store {
         quota: &QuotaRule,
         asks: &PacedAsks<'_>,
     ) -> Result<PacedTake, sqlx::Error> {
-        take_paced_group(self.pool(), quota, asks).await
+        let cadence = quota.cadence;
+        let row = sqlx::query_file!(
+            "sql/take_paced.sql",
+            quota.name,
+            asks.slots,
+            asks.flows,
+            asks.ceiling,
+            asks.need_places,
+            cadence.map(|c| c.rate),
+            cadence.map(|c| c.burst),
+            cadence.is_some_and(|c| c.adaptive),
+            asks.spend_regardless
+        )
+        .fetch_one(self.pool())
+        .await?;
+        let leases = row
+            .lease_ids
+            .iter()
+            .zip(&row.lease_valid_until)
+            .zip(&row.lease_asks)
+            .map(|((&id, &valid_until), &ask)| LabelledLease {
+                lease: Lease { id, valid_until },
+                // Ordinalities count from 1.
+                ask: usize::try_from(ask - 1).unwrap_or_default(),
+            })
+            .collect();
+        Ok(PacedTake {
+            clock: clock_reading!(row),
+            count_before: row.count_before,
+            count_after: row.count_after,
+            taken: row.taken,
+            slots_bound_by: if row.tokens_bound {
+                Limit::Cadence
+            } else {
+                Limit::Budget
+            },
+            leases,
+            first_lease_expiry: row.first_lease_expiry,
+            bucket: row.tokens.zip(row.rate),
+        })
     }
 
     /// Gives back to `quota`'s window `window_start`, its bucket and its
@@ -144,76 +181,29 @@ impl Store {
         .await?;
         Ok(())
     }
-}
 
-async fn take_paced_group<'e>(
-    db: impl PgExecutor<'e>,
-    quota: &QuotaRule,
-    asks: &PacedAsks<'_>,
-) -> Result<PacedTake, sqlx::Error> {
-    let cadence = quota.cadence;
-    let row = sqlx::query_file!(
-        "sql/take_paced.sql",
-        quota.name,
-        asks.slots,
-        asks.flows,
-        asks.ceiling,
-        asks.need_places,
-        cadence.map(|c| c.rate),
-        cadence.map(|c| c.burst),
-        cadence.is_some_and(|c| c.adaptive),
-        asks.spend_regardless
-    )
-    .fetch_one(db)
-    .await?;
-    let leases = row
-        .lease_ids
-        .iter()
-        .zip(&row.lease_valid_until)
-        .zip(&row.lease_asks)
-        .map(|((&id, &valid_until), &ask)| LabelledLease {
-            lease: Lease { id, valid_until },
-            // Ordinalities count from 1.
-            ask: usize::try_from(ask - 1).unwrap_or_default(),
+    /// Takes up to `k` single slots of a cadence quota (a claim's lane), each
+    /// with its token, in one statement.
+    pub async fn take_paced_slots(
+        &self,
+        quota: &QuotaRule,
+        k: i64,
+        ceiling: i64,
+    ) -> Result<Take, sqlx::Error> {
+        let slots = vec![1; usize::try_from(k).unwrap_or_default()];
+        let asks = PacedAsks {
+            slots: &slots,
+            flows: &[],
+            ceiling,
+            need_places: false,
+            spend_regardless: false,
+        };
+        let take = self.take_paced_group(quota, &asks).await?;
+        Ok(Take {
+            clock: take.clock,
+            taken: take.taken,
+            count_after: take.count_after,
+            stopped_by: (take.taken < k).then(|| take.refusal(take.slots_bound_by, 1, take.taken)),
         })
-        .collect();
-    Ok(PacedTake {
-        clock: clock_reading!(row),
-        count_before: row.count_before,
-        count_after: row.count_after,
-        taken: row.taken,
-        slots_bound_by: if row.tokens_bound {
-            Limit::Cadence
-        } else {
-            Limit::Budget
-        },
-        leases,
-        first_lease_expiry: row.first_lease_expiry,
-        bucket: row.tokens.zip(row.rate),
-    })
-}
-
-/// Takes up to `k` single slots of a cadence quota in the caller's
-/// transaction (a claim), each with its token, in one statement.
-pub async fn take_paced(
-    tx: &mut PgConnection,
-    quota: &QuotaRule,
-    k: i64,
-    ceiling: i64,
-) -> Result<Take, sqlx::Error> {
-    let slots = vec![1; usize::try_from(k).unwrap_or_default()];
-    let asks = PacedAsks {
-        slots: &slots,
-        flows: &[],
-        ceiling,
-        need_places: false,
-        spend_regardless: false,
-    };
-    let take = take_paced_group(tx, quota, &asks).await?;
-    Ok(Take {
-        clock: take.clock,
-        taken: take.taken,
-        count_after: take.count_after,
-        stopped_by: (take.taken < k).then(|| take.refusal(take.slots_bound_by, 1, take.taken)),
-    })
+    }
 }

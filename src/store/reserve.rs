@@ -126,7 +126,7 @@ pub struct AdaptedCadence {
 
 /// When the first lease of `quota` expires: the earliest a full set of in-flight places can
 /// have room again (a report may free one sooner).
-pub async fn first_lease_expiry<'e>(
+pub(super) async fn first_lease_expiry<'e>(
     db: impl sqlx::PgExecutor<'e>,
     quota: &str,
 ) -> Result<(ClockReading, DateTime<Utc>), sqlx::Error> {

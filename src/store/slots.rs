@@ -1,7 +1,6 @@
 //! Taking up to k slots in one statement, and giving back what no item used.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
 
 use super::{Refusal, Store};
 use crate::clock::ClockReading;
@@ -72,17 +71,35 @@ impl Store {
             .collect())
     }
 
+    /// One conditional upsert (design.md §3.2, §8): takes `least(k, what is
+    /// left)` of `quota`'s current window. The caller guards `ceiling < 1`.
     pub async fn take_slots(&self, quota: &str, k: i64, ceiling: i64) -> Result<Take, sqlx::Error> {
-        take_slots(self.pool(), quota, k, ceiling).await
+        let row = sqlx::query_file!("sql/take_slots.sql", quota, k, ceiling)
+            .fetch_one(self.pool())
+            .await?;
+        let clock = clock_reading!(row);
+        Ok(Take {
+            clock,
+            taken: row.taken,
+            count_after: row.count_after,
+            stopped_by: (row.taken < k).then_some(Refusal {
+                limit: Limit::Budget,
+                retry_at: clock.window_end,
+            }),
+        })
     }
 
+    /// Decrements the window the slots were taken from (never another one).
     pub async fn give_back_slots(
         &self,
         quota: &str,
         window_start: DateTime<Utc>,
         slots: i64,
     ) -> Result<(), sqlx::Error> {
-        give_back_slots(self.pool(), quota, window_start, slots).await
+        sqlx::query_file!("sql/give_back_slots.sql", quota, window_start, slots)
+            .execute(self.pool())
+            .await?;
+        Ok(())
     }
 
     /// Gives back slots a take got that no request uses. A failure leaves
@@ -96,40 +113,4 @@ impl Store {
             tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
         }
     }
-}
-
-/// One conditional upsert (design.md §3.2, §8): takes `least(k, what is left)`
-/// of `quota`'s current window. The caller guards `ceiling < 1`.
-pub async fn take_slots<'e>(
-    db: impl PgExecutor<'e>,
-    quota: &str,
-    k: i64,
-    ceiling: i64,
-) -> Result<Take, sqlx::Error> {
-    let row = sqlx::query_file!("sql/take_slots.sql", quota, k, ceiling)
-        .fetch_one(db)
-        .await?;
-    let clock = clock_reading!(row);
-    Ok(Take {
-        clock,
-        taken: row.taken,
-        count_after: row.count_after,
-        stopped_by: (row.taken < k).then_some(Refusal {
-            limit: Limit::Budget,
-            retry_at: clock.window_end,
-        }),
-    })
-}
-
-/// Decrements the window the slots were taken from (never another one).
-pub async fn give_back_slots<'e>(
-    db: impl PgExecutor<'e>,
-    quota: &str,
-    window_start: DateTime<Utc>,
-    slots: i64,
-) -> Result<(), sqlx::Error> {
-    sqlx::query_file!("sql/give_back_slots.sql", quota, window_start, slots)
-        .execute(db)
-        .await?;
-    Ok(())
 }

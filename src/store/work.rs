@@ -249,7 +249,7 @@ impl Store {
 }
 
 /// Locks up to `limit` claimable items of `lane`, most urgent first.
-pub async fn lock_candidates(
+pub(super) async fn lock_candidates(
     db: &mut PgConnection,
     lane: &Lane<'_>,
     limit: i64,
@@ -271,7 +271,7 @@ pub async fn lock_candidates(
 
 /// Locks up to `limit` due items and up to `limit` items of flows not in
 /// `throttled`, and says which of `enforced` have work: one statement.
-pub async fn first_look(
+pub(super) async fn first_look(
     db: &mut PgConnection,
     worker_flows: Option<&[String]>,
     horizon_seconds: f64,
@@ -311,7 +311,7 @@ pub async fn first_look(
 
 /// Leases the locked items `ids` to `worker`, each with its outcome and the
 /// in-flight place lease it holds (if any).
-pub async fn lease<'e>(
+pub(super) async fn lease<'e>(
     db: impl PgExecutor<'e>,
     ids: &[i64],
     outcomes: &[String],
@@ -333,7 +333,7 @@ pub async fn lease<'e>(
 }
 
 /// Locks up to `n` free in-flight places of `quota` for a claim.
-pub async fn lock_free_places(
+pub(super) async fn lock_free_places(
     db: &mut PgConnection,
     quota: &str,
     n: i64,
@@ -352,7 +352,7 @@ pub struct PlaceLease {
 }
 
 /// Leases the locked `places` of `quota`, one to each of `flows`.
-pub async fn lease_places(
+pub(super) async fn lease_places(
     db: &mut PgConnection,
     quota: &str,
     places: &[i32],

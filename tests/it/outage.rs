@@ -453,3 +453,94 @@ async fn slots_a_claim_took_after_its_caller_gave_up_are_given_back(pool: PgPool
         "three items, three slots: the unused seven went back"
     );
 }
+
+/// Makes every spend of `quota_window` fail inside the store, as a statement
+/// PostgreSQL rejects would: the store is there, the statement is wrong.
+async fn reject_window_writes(pool: &PgPool) {
+    sqlx::query(
+        "CREATE FUNCTION reject_window_write() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'window write rejected by the test'; END $$",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER reject_window_write BEFORE INSERT OR UPDATE ON quota_window \
+         FOR EACH ROW EXECUTE FUNCTION reject_window_write()",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test]
+async fn a_statement_the_store_rejects_is_a_500_never_store_unavailable(pool: PgPool) {
+    seed(&pool).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let enqueued = app
+        .client
+        .post(format!("{}/v1/work", app.base))
+        .json(&json!({"flow": "invoice", "payload": {}}))
+        .send();
+    assert_eq!(enqueued.await.unwrap().status(), 201);
+    reject_window_writes(&pool).await;
+
+    let calls = [
+        ("/v1/reserve", json!({"flow": "invoice"})),
+        ("/v1/reserve/batch", json!({"items": [{"flow": "invoice"}]})),
+        ("/v1/work/claim", json!({"worker": "w-1"})),
+    ];
+    for (path, body) in calls {
+        let response = app
+            .client
+            .post(format!("{}{path}", app.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 500, "{path}");
+        assert!(!response.headers().contains_key("retry-after"), "{path}");
+        assert!(response.headers().contains_key("x-request-id"), "{path}");
+        let problem: Value = response.json().await.unwrap();
+        assert!(
+            problem["type"].as_str().unwrap().ends_with("/internal"),
+            "{path}: {problem}"
+        );
+        assert!(
+            !problem.to_string().contains("rejected by the test"),
+            "no internal detail leaks: {problem}"
+        );
+    }
+    // Observe mode still never refuses: its slot is counted after the fact.
+    let observed = app.reserve(json!({"flow": "status-report"})).await;
+    assert_eq!(observed.outcome, Outcome::Granted);
+}
+
+#[sqlx::test]
+async fn slots_a_batch_took_after_its_caller_gave_up_are_given_back(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let app = slow_store_app(&pool).await;
+    app.reserve(json!({"flow": "invoice", "count": 4})).await;
+    let tx = lock_window(&pool, "ppf").await;
+    let batch = json!({"items": [{"flow": "invoice", "count": 2}, {"flow": "invoice"}]});
+    let response = app
+        .client
+        .post(format!("{}/v1/reserve/batch", app.base))
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503, "no answer in time is no grant");
+    tx.rollback().await.unwrap();
+
+    // The take went through once the lock was gone; nobody emits on it.
+    let settled = eventually(Duration::from_secs(5), (4, 0), || async {
+        (
+            current_count(&pool, "ppf").await,
+            active_statements(&pool).await,
+        )
+    })
+    .await;
+    assert_eq!(settled, (4, 0), "(window count, statements running)");
+}

@@ -1,0 +1,499 @@
+//! The one way the decision paths call the store (design.md §9). A call runs
+//! within the decision's time budget; a failure is counted under its
+//! operation and classified: a store out of reach (or too slow) is
+//! [`StoreError::Unavailable`] (503), a statement that failed is
+//! [`StoreError::Failed`] (500). A decision statement's time is measured, and
+//! a database clock reading its answer carries is kept for the paths that
+//! must answer without the store.
+//!
+//! Stopping a statement mid-flight leaves it unknown whether it spent
+//! anything. A call that must not be lost runs detached, as a task of its
+//! own: its answer goes to the caller while it waits, and what no caller uses
+//! (a failure, or an answer that came after the caller stopped waiting) to
+//! the settling the caller left (give back what it took, count it after the
+//! fact, tally it late). A call run in place is dropped with its caller:
+//! only for calls whose transaction then rolls back, whose callee undoes what
+//! nobody waits for (the coalescer), or whose late effect is harmless.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::clock::{ClockReading, DbClock};
+use crate::metrics::Metrics;
+use crate::store::{Reservation, Take};
+
+/// The store could not decide in time; for an enforced flow that is a 503.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("quota store unavailable: {0}")]
+pub struct StoreUnavailable(pub String);
+
+/// Why a store call on a decision path gave no answer.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Out of reach, or no answer within the time budget: nothing was
+    /// granted, try again.
+    #[error(transparent)]
+    Unavailable(#[from] StoreUnavailable),
+    /// The store answered with an error: not an outage, a bug or a state the
+    /// code does not expect.
+    #[error("store statement failed: {0}")]
+    Failed(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        if crate::store::unreachable(&error) {
+            StoreError::Unavailable(StoreUnavailable(error.to_string()))
+        } else {
+            StoreError::Failed(error.to_string())
+        }
+    }
+}
+
+/// How long a detached call may run before it is given up: its settling then
+/// hears that the store gave no answer (what it spent stays counted: an
+/// over-count, never an under-count).
+const LATE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A store operation of the decision paths, by its label in
+/// `quota_arbiter_store_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Operation {
+    Reserve,
+    ReadClock,
+    TakeSlots,
+    GiveBackSlots,
+    ClaimWork,
+    WorkBacklog,
+    EnqueueWork,
+    GetWork,
+    FinishWork,
+    ReleaseLease,
+}
+
+impl Operation {
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Operation::Reserve => "reserve",
+            Operation::ReadClock => "read_clock",
+            Operation::TakeSlots => "take_slots",
+            Operation::GiveBackSlots => "give_back_slots",
+            Operation::ClaimWork => "claim_work",
+            Operation::WorkBacklog => "work_backlog",
+            Operation::EnqueueWork => "enqueue_work",
+            Operation::GetWork => "get_work",
+            Operation::FinishWork => "finish_work",
+            Operation::ReleaseLease => "release_lease",
+        }
+    }
+
+    /// A statement that decides (spends slots): its time is what
+    /// `reserve_duration_seconds` measures.
+    fn decides(self) -> bool {
+        matches!(self, Operation::Reserve | Operation::TakeSlots)
+    }
+}
+
+/// What a store call answers: the database clock reading it carries, if any.
+pub(super) trait Answer {
+    fn clock(&self) -> Option<ClockReading>;
+}
+
+impl Answer for Reservation {
+    fn clock(&self) -> Option<ClockReading> {
+        Some(self.clock)
+    }
+}
+
+impl Answer for Take {
+    fn clock(&self) -> Option<ClockReading> {
+        Some(self.clock)
+    }
+}
+
+impl Answer for ClockReading {
+    fn clock(&self) -> Option<ClockReading> {
+        Some(*self)
+    }
+}
+
+/// Answers that carry no clock reading.
+macro_rules! no_clock {
+    ($($answer:ty),* $(,)?) => {
+        $(impl Answer for $answer {
+            fn clock(&self) -> Option<ClockReading> {
+                None
+            }
+        })*
+    };
+}
+
+no_clock!(
+    (),
+    crate::store::work::Backlog,
+    Option<crate::store::WorkItem>,
+    (crate::store::WorkItem, bool),
+    Option<(crate::store::WorkItem, Option<i64>)>,
+    Option<crate::store::ReleasedLease>,
+    Vec<String>,
+    crate::store::claim::ClaimLeases,
+);
+
+/// Runs the decision paths' store calls.
+#[derive(Clone)]
+pub(super) struct Shell {
+    metrics: Metrics,
+    clock: DbClock,
+    budget: Duration,
+    /// Calls of one decision that share one budget end by then.
+    deadline: Option<Instant>,
+}
+
+impl Shell {
+    pub(super) fn new(metrics: Metrics, clock: DbClock, budget: Duration) -> Self {
+        Self {
+            metrics,
+            clock,
+            budget,
+            deadline: None,
+        }
+    }
+
+    /// A shell whose calls together get one time budget, from now (a claim's
+    /// look, takes and lease); each call of `self` gets a budget of its own.
+    pub(super) fn one_budget(&self) -> Self {
+        Self {
+            deadline: Some(Instant::now() + self.budget),
+            ..self.clone()
+        }
+    }
+
+    /// Runs `call` in place, within the time budget.
+    pub(super) async fn run<T, E>(
+        &self,
+        operation: Operation,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, StoreError>
+    where
+        T: Answer,
+        E: Into<StoreError>,
+    {
+        let started = Instant::now();
+        let deadline = self.deadline.unwrap_or(started + self.budget);
+        let failure = match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(answer)) => {
+                if operation.decides() {
+                    let seconds = started.elapsed().as_secs_f64();
+                    self.metrics.record_reserve_seconds(seconds);
+                }
+                if let Some(clock) = answer.clock() {
+                    self.clock.note(clock);
+                }
+                return Ok(answer);
+            }
+            Ok(Err(error)) => error.into(),
+            Err(_) => StoreUnavailable(format!("no answer within {:?}", self.budget)).into(),
+        };
+        self.metrics.store_error(operation.label());
+        Err(failure)
+    }
+
+    /// Runs `call` detached, within the time budget. `settle` gets every
+    /// failure (before the caller hears it) and an answer that came after
+    /// the caller stopped waiting: whatever no caller uses.
+    pub(super) async fn run_detached<T, E, S>(
+        &self,
+        operation: Operation,
+        call: impl Future<Output = Result<T, E>> + Send + 'static,
+        settle: impl FnOnce(Result<T, StoreError>) -> S + Send + 'static,
+    ) -> Result<T, StoreError>
+    where
+        T: Answer + Send + 'static,
+        E: Into<StoreError> + Send + 'static,
+        S: Future<Output = ()> + Send + 'static,
+    {
+        self.run(operation, detach(call, settle)).await
+    }
+}
+
+/// Starts `call` as a task of its own; the future answers what it answers,
+/// after `settle` has had a failure. A success that finds the future gone
+/// goes to `settle` instead.
+fn detach<T, E, S>(
+    call: impl Future<Output = Result<T, E>> + Send + 'static,
+    settle: impl FnOnce(Result<T, StoreError>) -> S + Send + 'static,
+) -> impl Future<Output = Result<T, StoreError>>
+where
+    T: Send + 'static,
+    E: Into<StoreError> + Send + 'static,
+    S: Future<Output = ()> + Send + 'static,
+{
+    let (answer, answered) = oneshot::channel();
+    tokio::spawn(async move {
+        let outcome = match tokio::time::timeout(LATE_LIMIT, call).await {
+            Ok(outcome) => outcome.map_err(Into::into),
+            Err(_) => Err(StoreUnavailable(format!("no answer within {LATE_LIMIT:?}")).into()),
+        };
+        match outcome {
+            Ok(value) => {
+                if let Err(unheard) = answer.send(Ok(value)) {
+                    settle(unheard).await;
+                }
+            }
+            Err(error) => {
+                settle(Err(error.clone())).await;
+                let _ = answer.send(Err(error));
+            }
+        }
+    });
+    async move {
+        answered.await.unwrap_or_else(|_| {
+            Err(StoreError::Failed(
+                "store call stopped before answering".into(),
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use chrono::Utc;
+
+    use super::*;
+    use crate::metrics::STORE_OPERATIONS;
+
+    const ALL: [Operation; 10] = [
+        Operation::Reserve,
+        Operation::ReadClock,
+        Operation::TakeSlots,
+        Operation::GiveBackSlots,
+        Operation::ClaimWork,
+        Operation::WorkBacklog,
+        Operation::EnqueueWork,
+        Operation::GetWork,
+        Operation::FinishWork,
+        Operation::ReleaseLease,
+    ];
+
+    fn shell_with(budget: Duration) -> (Shell, Metrics, DbClock) {
+        let (metrics, clock) = (Metrics::new(), DbClock::default());
+        (
+            Shell::new(metrics.clone(), clock.clone(), budget),
+            metrics,
+            clock,
+        )
+    }
+
+    fn sample(metrics: &Metrics, series: &str) -> String {
+        let text = metrics.encode();
+        let line = text.lines().find(|l| l.starts_with(&format!("{series} ")));
+        let value = line.and_then(|l| l.rsplit(' ').next());
+        value
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .to_string()
+    }
+
+    fn errors(metrics: &Metrics, operation: Operation) -> String {
+        let label = operation.label();
+        let series = format!(r#"quota_arbiter_store_errors_total{{operation="{label}"}}"#);
+        sample(metrics, &series)
+    }
+
+    fn timed(metrics: &Metrics) -> String {
+        sample(metrics, "quota_arbiter_reserve_duration_seconds_count")
+    }
+
+    fn reading() -> ClockReading {
+        let now = Utc::now();
+        ClockReading {
+            db_now: now,
+            window_start: now - chrono::Duration::minutes(1),
+            window_end: now + chrono::Duration::minutes(59),
+        }
+    }
+
+    fn reservation() -> Reservation {
+        Reservation {
+            clock: reading(),
+            count_after: Some(1),
+            refusal: None,
+            lease: None,
+        }
+    }
+
+    fn take() -> Take {
+        Take {
+            clock: reading(),
+            taken: 2,
+            count_after: Some(2),
+            stopped_by: None,
+        }
+    }
+
+    async fn never<T>() -> Result<T, sqlx::Error> {
+        std::future::pending().await
+    }
+
+    #[test]
+    fn every_operation_has_its_own_label_with_a_series_from_start_up() {
+        let labels: Vec<&str> = ALL.iter().map(|o| o.label()).collect();
+        for label in &labels {
+            assert!(STORE_OPERATIONS.contains(label), "{label}");
+        }
+        let mut distinct = labels.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), labels.len(), "{labels:?}");
+    }
+
+    #[test]
+    fn a_store_out_of_reach_is_unavailable_a_failed_statement_is_not() {
+        let unreachable = StoreError::from(sqlx::Error::PoolTimedOut);
+        assert!(matches!(unreachable, StoreError::Unavailable(_)));
+        let failed = StoreError::from(sqlx::Error::RowNotFound);
+        assert!(matches!(failed, StoreError::Failed(_)));
+    }
+
+    #[tokio::test]
+    async fn an_answer_in_time_keeps_its_clock_and_a_decision_its_time() {
+        let (shell, metrics, clock) = shell_with(Duration::from_secs(5));
+        let answer = async { Ok::<_, sqlx::Error>(reservation()) };
+        let reserved = shell.run(Operation::Reserve, answer).await.unwrap();
+        assert_eq!(clock.window_start(), Some(reserved.clock.window_start));
+        assert_eq!(timed(&metrics), "1");
+        assert_eq!(errors(&metrics, Operation::Reserve), "0");
+
+        // Not a decision: no time measured, the clock kept all the same.
+        let (shell, metrics, clock) = shell_with(Duration::from_secs(5));
+        let read = shell.run(Operation::ReadClock, async {
+            Ok::<_, sqlx::Error>(reading())
+        });
+        let read = read.await.unwrap();
+        assert_eq!(clock.window_start(), Some(read.window_start));
+        assert_eq!(timed(&metrics), "0");
+    }
+
+    #[tokio::test]
+    async fn a_take_keeps_its_clock_and_its_time() {
+        let (shell, metrics, clock) = shell_with(Duration::from_secs(5));
+        let took = shell.run(Operation::TakeSlots, async { Ok::<_, sqlx::Error>(take()) });
+        let took = took.await.unwrap();
+        assert_eq!(clock.window_start(), Some(took.clock.window_start));
+        assert_eq!(timed(&metrics), "1");
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_is_unavailable_and_counted_under_its_operation() {
+        let (shell, metrics, clock) = shell_with(Duration::from_millis(50));
+        let late = shell.run(Operation::TakeSlots, never::<Take>()).await;
+        assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
+        assert_eq!(errors(&metrics, Operation::TakeSlots), "1");
+        assert_eq!(errors(&metrics, Operation::Reserve), "0");
+        assert_eq!(timed(&metrics), "0");
+        assert_eq!(clock.window_start(), None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_statement_is_counted_and_stays_a_failure() {
+        let (shell, metrics, _) = shell_with(Duration::from_secs(5));
+        let failed = async { Err::<(), _>(sqlx::Error::RowNotFound) };
+        let failed = shell.run(Operation::EnqueueWork, failed).await;
+        assert!(matches!(failed, Err(StoreError::Failed(_))), "{failed:?}");
+        assert_eq!(errors(&metrics, Operation::EnqueueWork), "1");
+    }
+
+    #[tokio::test]
+    async fn calls_of_one_budget_share_it() {
+        let budget = Duration::from_millis(800);
+        let (shell, _, _) = shell_with(budget);
+        let nap = || async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok::<_, sqlx::Error>(())
+        };
+        // Each call on its own budget has time enough.
+        shell.run(Operation::ClaimWork, nap()).await.unwrap();
+        shell.run(Operation::ClaimWork, nap()).await.unwrap();
+        let one = shell.one_budget();
+        one.run(Operation::ClaimWork, nap()).await.unwrap();
+        let second = one.run(Operation::ClaimWork, nap()).await;
+        assert!(
+            matches!(second, Err(StoreError::Unavailable(_))),
+            "{second:?}"
+        );
+    }
+
+    /// What a detached call's settling got (slots taken), once it ran.
+    type Settled = Arc<Mutex<Vec<Result<i64, StoreError>>>>;
+
+    fn settling() -> (
+        Settled,
+        impl FnOnce(Result<Take, StoreError>) -> std::future::Ready<()> + Send + 'static,
+    ) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let record = got.clone();
+        let settle = move |unused: Result<Take, StoreError>| {
+            record.lock().unwrap().push(unused.map(|t| t.taken));
+            std::future::ready(())
+        };
+        (got, settle)
+    }
+
+    #[tokio::test]
+    async fn a_detached_answer_in_time_goes_to_the_caller_only() {
+        let (shell, metrics, clock) = shell_with(Duration::from_secs(5));
+        let (got, settle) = settling();
+        let call = async { Ok::<_, sqlx::Error>(take()) };
+        let took = shell.run_detached(Operation::TakeSlots, call, settle);
+        assert_eq!(took.await.unwrap().taken, 2);
+        assert!(clock.window_start().is_some());
+        assert_eq!(timed(&metrics), "1");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(got.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_detached_answer_too_late_is_settled() {
+        let (shell, metrics, _) = shell_with(Duration::from_millis(50));
+        let (got, settle) = settling();
+        let (release, released) = oneshot::channel::<()>();
+        let call = async move {
+            let _ = released.await;
+            Ok::<_, sqlx::Error>(take())
+        };
+        let late = shell.run_detached(Operation::TakeSlots, call, settle).await;
+        assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
+        assert_eq!(errors(&metrics, Operation::TakeSlots), "1");
+        release.send(()).unwrap();
+        for _ in 0..100 {
+            if !got.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let got = got.lock().unwrap();
+        assert!(matches!(got[..], [Ok(2)]), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_detached_failure_is_settled_and_heard() {
+        let (shell, metrics, _) = shell_with(Duration::from_secs(5));
+        let (got, settle) = settling();
+        let call = async { Err::<Take, _>(sqlx::Error::PoolClosed) };
+        let failed = shell.run_detached(Operation::TakeSlots, call, settle).await;
+        assert!(
+            matches!(failed, Err(StoreError::Unavailable(_))),
+            "{failed:?}"
+        );
+        assert_eq!(errors(&metrics, Operation::TakeSlots), "1");
+        let got = got.lock().unwrap();
+        assert!(
+            matches!(got[..], [Err(StoreError::Unavailable(_))]),
+            "{got:?}"
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! Telling a store out of reach from a statement that failed: the first is
+//! an outage (`store-unavailable`, 503: try again), the second a bug or a
+//! state the code does not expect (an opaque 500).
+
+/// Errors that say the store could not be reached or is going away, as
+/// opposed to a statement that failed.
+pub fn unreachable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        // Class 08: connection exception; 57P01-57P03: shutdown, cannot
+        // connect now; 53300: too many connections.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || ["57P01", "57P02", "57P03", "53300"].contains(&&*code)
+        }),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use sqlx::error::{DatabaseError, ErrorKind};
+
+    use super::unreachable;
+
+    /// A server error with a SQLSTATE, as PostgreSQL sends one.
+    #[derive(Debug)]
+    struct ServerError(&'static str);
+
+    impl std::fmt::Display for ServerError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "SQLSTATE {}", self.0)
+        }
+    }
+
+    impl std::error::Error for ServerError {}
+
+    impl DatabaseError for ServerError {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> ErrorKind {
+            ErrorKind::Other
+        }
+    }
+
+    fn sqlstate(code: &'static str) -> sqlx::Error {
+        sqlx::Error::Database(Box::new(ServerError(code)))
+    }
+
+    #[test]
+    fn lost_connections_and_a_full_pool_are_out_of_reach() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(unreachable(&sqlx::Error::Io(reset)));
+        assert!(unreachable(&sqlx::Error::Tls("handshake".into())));
+        assert!(unreachable(&sqlx::Error::PoolTimedOut));
+        assert!(unreachable(&sqlx::Error::PoolClosed));
+        assert!(unreachable(&sqlx::Error::WorkerCrashed));
+    }
+
+    #[test]
+    fn connection_and_shutdown_sqlstates_are_out_of_reach() {
+        for code in ["08006", "08001", "57P01", "57P02", "57P03", "53300"] {
+            assert!(unreachable(&sqlstate(code)), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_statement_that_failed_is_not_an_outage() {
+        // raise_exception, check_violation, numeric out of range, a query
+        // canceled (57014: class 57, but not a shutdown).
+        for code in ["P0001", "23514", "22003", "57014", "53200"] {
+            assert!(!unreachable(&sqlstate(code)), "{code}");
+        }
+        assert!(!unreachable(&sqlx::Error::RowNotFound));
+        assert!(!unreachable(&sqlx::Error::Protocol("bad".into())));
+    }
+}
