@@ -25,7 +25,7 @@ use shell::{Operation, Shell};
 
 pub use batch::MAX_BATCH_ITEMS;
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
-pub use shell::{StoreError, StoreUnavailable};
+pub use shell::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 
 #[derive(Clone)]
 pub struct Arbiter {

@@ -22,6 +22,10 @@ pub enum Outcome {
     Bypassed,
     /// Never throttled: unknown flow, or a flow in `count` mode.
     Unthrottled,
+    /// Batch items only: the store could not be reached in time, nothing was
+    /// decided or spent; ask again after `retry_after_seconds`. (A single
+    /// reservation answers 503 instead.)
+    Unavailable,
 }
 
 impl Outcome {
@@ -31,6 +35,7 @@ impl Outcome {
             Outcome::Deferred => "deferred",
             Outcome::Bypassed => "bypassed",
             Outcome::Unthrottled => "unthrottled",
+            Outcome::Unavailable => "unavailable",
         }
     }
 }

@@ -79,6 +79,8 @@ impl Ledger {
             Outcome::Deferred => counts.deferred = 1,
             Outcome::Bypassed => counts.bypassed = 1,
             Outcome::Unthrottled => counts.unthrottled = 1,
+            // Nothing was decided: no tally (the store error is counted).
+            Outcome::Unavailable => return,
         }
         counts.would_defer = i64::from(decision.would_defer);
         counts.would_defer_with_deadline = i64::from(decision.would_defer && had_deadline);

@@ -13,7 +13,7 @@ use std::task::Poll;
 use super::coalesce::taken;
 use super::observe::{late_would_defers, past_ceiling};
 use super::rationing::{self, Ask, Rank};
-use super::shell::{Operation, StoreError};
+use super::shell::{Operation, StoreError, RETRY_AFTER_UNAVAILABLE};
 use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
@@ -37,46 +37,102 @@ struct Sorted {
     limited: Vec<(usize, Rule)>,
     /// Observed items of quotas with a cadence, decided the same way.
     observed_paced: Vec<(usize, Rule)>,
+    undecided: Undecided,
+}
+
+/// Items the store could not decide in time, and why.
+#[derive(Default)]
+struct Undecided {
+    /// With their rule, unless the catalog was never read.
+    items: Vec<(usize, Option<Rule>)>,
+    cause: Option<StoreError>,
+}
+
+impl Undecided {
+    /// The decisions of `items`, or none when the store was out of reach
+    /// (they are then kept as undecided). A statement that failed is no
+    /// outage: it fails the batch (500).
+    fn sort_out(
+        &mut self,
+        decided: Result<Vec<(usize, Decision)>, StoreError>,
+        items: &[(usize, Rule)],
+    ) -> Result<Vec<(usize, Decision)>, StoreError> {
+        match decided {
+            Ok(decisions) => Ok(decisions),
+            Err(unavailable @ StoreError::Unavailable(_)) => {
+                self.items
+                    .extend(items.iter().map(|(i, rule)| (*i, Some(rule.clone()))));
+                self.cause.get_or_insert(unavailable);
+                Ok(Vec::new())
+            }
+            Err(failed) => Err(failed),
+        }
+    }
 }
 
 impl Arbiter {
-    /// One decision per request, in input order. Enforced quotas are decided
-    /// first, so that a 503 (an enforced quota out of reach) leaves nothing
-    /// else settled; slots already taken for another quota of the batch then
-    /// stay spent (over-count, never under-count).
+    /// One decision per request, in input order. An item the store could
+    /// not decide in time (its quota out of reach, or the catalog never
+    /// read) is `unavailable`; due items are bypassed all the same, so a
+    /// batch fails as a whole (503) only when none of its items could be
+    /// decided. Slots already spent for the rest of a batch that fails
+    /// (500: a statement failed) stay spent: over-count, never under-count.
     pub async fn decide_batch(
         &self,
         bypass: &BypassDesk,
         requests: &[SlotRequest],
     ) -> Result<Vec<Decision>, StoreError> {
-        let sorted = self.sort_batch(bypass, requests)?;
-        let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
+        let mut sorted = self.sort_batch(bypass, requests);
+        // Every store call at once, so that the batch answers within one
+        // time budget however many quotas it names. Paced quotas and flows
+        // enforced for a share only go through the single decision and all
+        // its limits; their first polls come in rationing order, so items of
+        // one quota queue for a group statement in that order.
+        let enforced = all_at_once(
+            sorted
+                .enforced
+                .values()
+                .map(|items| self.ration_enforced(requests, items)),
+        );
+        let limited = all_at_once(sorted.limited.iter().map(|(i, rule)| async move {
+            let decision = self.enforce(with_rule(rule), rule, &requests[*i]).await;
+            decision.map(|decision| vec![(*i, decision)])
+        }));
+        let observed = all_at_once(
+            sorted
+                .observed
+                .values()
+                .map(|items| self.observe_batch(requests, items)),
+        );
+        let observed_paced = all_at_once(
+            sorted
+                .observed_paced
+                .iter()
+                .map(|(i, rule)| self.observe(with_rule(rule), rule, &requests[*i])),
+        );
+        let (enforced, limited, observed, observed_paced) =
+            tokio::join!(enforced, limited, observed, observed_paced);
+
         let mut settled = Vec::new();
-        for items in sorted.enforced.values() {
-            settled.extend(self.ration_enforced(requests, items).await?);
+        let enforced_groups = sorted.enforced.values().map(Vec::as_slice);
+        let limited_items = sorted.limited.iter().map(std::slice::from_ref);
+        for (decided, items) in enforced
+            .into_iter()
+            .chain(limited)
+            .zip(enforced_groups.chain(limited_items))
+        {
+            settled.extend(sorted.undecided.sort_out(decided, items)?);
         }
-        // Paced quotas and flows enforced for a share only: through the
-        // single decision and all its limits, every item at once, so that
-        // items of one quota share a group statement, in rationing order.
-        let limited = sorted
-            .limited
-            .iter()
-            .map(|(i, rule)| self.enforce(with_rule(rule), rule, &requests[*i]));
-        for ((i, _), decision) in sorted.limited.iter().zip(all_at_once(limited).await) {
-            settled.push((*i, decision?));
+        if sorted.undecided.items.len() == requests.len() {
+            return Err(sorted.undecided.cause.unwrap_or_else(catalog_not_loaded));
         }
+        settled.extend(observed.into_iter().flatten());
+        let observed_paced_items = sorted.observed_paced.iter().map(|(i, _)| *i);
+        settled.extend(observed_paced_items.zip(observed_paced));
+        let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
         for i in sorted.due {
             decisions[i] = Some(bypass.grant(&requests[i]));
         }
-        for items in sorted.observed.values() {
-            settled.extend(self.observe_batch(requests, items).await);
-        }
-        let observed = sorted
-            .observed_paced
-            .iter()
-            .map(|(i, rule)| self.observe(with_rule(rule), rule, &requests[*i]));
-        let observed = all_at_once(observed).await;
-        settled.extend(sorted.observed_paced.iter().map(|(i, _)| *i).zip(observed));
         for (i, rule) in sorted.counted {
             let decision = self.count_after_the_fact(with_rule(&rule), &rule, requests[i].count);
             settled.push((i, decision));
@@ -88,17 +144,18 @@ impl Arbiter {
             let decision = Decision::new(Outcome::Unthrottled, &requests[i].flow);
             decisions[i] = Some(self.settle(decision, requests[i].deadline.is_some(), false));
         }
+        // Not settled: nothing was decided, so nothing is tallied (the
+        // failed store call is counted in `store_errors_total`).
+        for (i, rule) in sorted.undecided.items {
+            decisions[i] = Some(unavailable(&requests[i], rule.as_ref()));
+        }
         Ok(decisions
             .into_iter()
             .map(|d| d.expect("every item is decided"))
             .collect())
     }
 
-    fn sort_batch(
-        &self,
-        bypass: &BypassDesk,
-        requests: &[SlotRequest],
-    ) -> Result<Sorted, StoreError> {
+    fn sort_batch(&self, bypass: &BypassDesk, requests: &[SlotRequest]) -> Sorted {
         let snapshot = self.catalog.snapshot();
         let rules: Vec<Option<Rule>> = requests
             .iter()
@@ -119,7 +176,8 @@ impl Arbiter {
             // Before the first catalog load an enforced flow cannot be told
             // from an unknown one: fail closed, as /v1/reserve does.
             if snapshot.is_none() {
-                return Err(catalog_not_loaded());
+                sorted.undecided.items.push((i, None));
+                continue;
             }
             let Some(rule) = rules[i].clone() else {
                 sorted.unknown.push(i);
@@ -143,7 +201,7 @@ impl Arbiter {
                 Mode::Enforce => sorted.enforced.entry(quota).or_default().push((i, rule)),
             }
         }
-        Ok(sorted)
+        sorted
     }
 
     /// Items of one enforced quota: one take-up-to-k statement, shared out in
@@ -258,6 +316,17 @@ pub(super) fn with_rule(rule: &Rule) -> Decision {
     let mut decision = Decision::new(Outcome::Granted, &rule.flow.name);
     decision.quota = Some(rule.quota.name.clone());
     decision.mode = Some(rule.flow.mode);
+    decision
+}
+
+/// An item the store could not decide in time: ask again shortly.
+fn unavailable(request: &SlotRequest, rule: Option<&Rule>) -> Decision {
+    let mut decision = match rule {
+        Some(rule) => with_rule(rule),
+        None => Decision::new(Outcome::Unavailable, &request.flow),
+    };
+    decision.outcome = Outcome::Unavailable;
+    decision.retry_after_seconds = Some(RETRY_AFTER_UNAVAILABLE.as_secs() as i64);
     decision
 }
 

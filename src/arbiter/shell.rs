@@ -30,6 +30,10 @@ use crate::store::{Reservation, Take};
 #[error("quota store unavailable: {0}")]
 pub struct StoreUnavailable(pub String);
 
+/// How long a caller should wait before asking again when the store was out
+/// of reach: the 503's `Retry-After`, a batch item's `retry_after_seconds`.
+pub const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_secs(2);
+
 /// Why a store call on a decision path gave no answer.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {

@@ -88,7 +88,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 413, description = "Body larger than the largest valid batch (500 items, every field at its longest)",
          body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "An enforced item's quota store did not answer; nothing was granted",
+        (status = 503, description = "No item could be decided (the store out of reach, no item due); nothing was granted. Otherwise the answer is 200 and an item the store could not decide says `unavailable`",
          body = Problem, content_type = "application/problem+json"),
     )
 )]

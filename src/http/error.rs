@@ -9,13 +9,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::arbiter::{StoreError, StoreUnavailable};
+use crate::arbiter::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 use crate::store::CatalogError;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 const PROBLEM_BASE: &str = "https://quota-arbiter.dev/problems/";
-/// How long a caller should wait before asking again after a 503.
-const STORE_RETRY_AFTER_SECONDS: u64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -131,7 +129,7 @@ impl IntoResponse for ApiError {
             ApiError::StoreUnavailable(_) => {
                 headers.insert(
                     header::RETRY_AFTER,
-                    HeaderValue::from(STORE_RETRY_AFTER_SECONDS),
+                    HeaderValue::from(RETRY_AFTER_UNAVAILABLE.as_secs()),
                 );
             }
             ApiError::Unauthorized => {

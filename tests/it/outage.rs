@@ -161,6 +161,23 @@ async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgP
         assert!(response.headers().contains_key("retry-after"));
         assert!(started.elapsed() < Duration::from_secs(2));
     }
+    // A batch: the due item is bypassed, the others say `unavailable`.
+    let items = json!({"items": [
+        {"flow": "invoice", "ref": "a"},
+        {"flow": "invoice", "ref": "due", "deadline": deadline},
+        {"flow": "never-declared", "ref": "b"},
+    ]});
+    let answer = post_batch(&client, &replica.base, &items).await;
+    assert_eq!(answer.status(), 200);
+    let outcomes = batch_outcomes(answer).await;
+    assert_eq!(outcomes, ["unavailable", "bypassed", "unavailable"]);
+    let undecided = json!({"items": [{"flow": "invoice"}, {"flow": "never-declared"}]});
+    let started = Instant::now();
+    let answer = post_batch(&client, &replica.base, &undecided).await;
+    assert_eq!(answer.status(), 503, "nothing could be decided");
+    assert!(answer.headers().contains_key("retry-after"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+
     let started = Instant::now();
     let response = client
         .get(format!("{}/v1/flows", replica.base))
@@ -543,4 +560,99 @@ async fn slots_a_batch_took_after_its_caller_gave_up_are_given_back(pool: PgPool
     })
     .await;
     assert_eq!(settled, (4, 0), "(window count, statements running)");
+}
+
+async fn post_batch(client: &reqwest::Client, base: &str, items: &Value) -> reqwest::Response {
+    client
+        .post(format!("{base}/v1/reserve/batch"))
+        .json(items)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Each item's outcome, in order, after checking that an `unavailable` item
+/// says when to ask again.
+async fn batch_outcomes(answer: reqwest::Response) -> Vec<String> {
+    let body: Value = answer.json().await.unwrap();
+    let decisions = body["decisions"].as_array().unwrap();
+    for decision in decisions {
+        if decision["outcome"] == "unavailable" {
+            assert_eq!(decision["retry_after_seconds"], 2, "{decision}");
+        }
+    }
+    decisions
+        .iter()
+        .map(|d| d["outcome"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// With the store out of reach a batch still answers every item it can:
+/// due items are bypassed, observed, counted and unknown ones answered as on
+/// `/v1/reserve`, enforced ones (budget-only and paced alike) `unavailable`;
+/// only a batch where nothing could be decided is a 503.
+#[sqlx::test]
+async fn a_batch_decides_what_it_can_while_the_store_is_out_of_reach(pool: PgPool) {
+    seed(&pool).await;
+    create_flow(&pool, "paced", 100, "ping", "enforce").await;
+    set_limits(&pool, "paced", "rate = 5, burst = 5").await;
+    let (proxy, app) = behind_a_proxy(&pool).await;
+    assert_eq!(
+        app.reserve(json!({"flow": "invoice"})).await.outcome,
+        Outcome::Granted
+    );
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let due = db_now + chrono::Duration::minutes(1);
+
+    proxy.cut();
+
+    let items = json!({"items": [
+        {"flow": "invoice", "ref": "enforced"},
+        {"flow": "ping", "ref": "paced"},
+        {"flow": "invoice", "ref": "due", "deadline": due},
+        {"flow": "status-report", "ref": "observed"},
+        {"flow": "ack", "ref": "counted"},
+        {"flow": "who-knows", "ref": "unknown"},
+    ]});
+    let started = Instant::now();
+    let answer = post_batch(&app.client, &app.base, &items).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        batch_outcomes(answer).await,
+        [
+            "unavailable",
+            "unavailable",
+            "bypassed",
+            "granted",
+            "unthrottled",
+            "unthrottled"
+        ]
+    );
+
+    let enforced_only = json!({"items": [{"flow": "invoice"}, {"flow": "ping"}]});
+    let started = Instant::now();
+    let answer = post_batch(&app.client, &app.base, &enforced_only).await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(answer.status(), 503, "nothing could be decided");
+    assert!(answer.headers().contains_key("retry-after"));
+    let problem: Value = answer.json().await.unwrap();
+    assert!(problem["type"]
+        .as_str()
+        .unwrap()
+        .ends_with("/store-unavailable"));
+
+    proxy.restore();
+
+    // 1 grant before the cut; bypass, observe and count counted after the fact;
+    // nothing spent for the unavailable items.
+    let counted = eventually(Duration::from_secs(10), 4, || current_count(&pool, "ppf")).await;
+    assert_eq!(counted, 4);
 }
