@@ -137,6 +137,10 @@ SELECT c.window_start                                   AS "window_start!",
        coalesce($6::float8 IS NOT NULL AND NOT $9::boolean
                 AND coalesce(floor(a.tokens), 0) < least((SELECT total FROM asked), $4::bigint - o.count),
                 false)                                  AS "tokens_bound!",
+       -- Or the free places, when they carried less than the window and the
+       -- tokens allowed (a place frees when its lease ends).
+       (SELECT b.carried < least(b.total, b.tokens, $4::bigint - o.count)
+        FROM bounds b)                                  AS "places_bound!",
        a.tokens                                         AS "tokens?",
        a.rate                                           AS "rate?",
        (SELECT coalesce(array_agg(lease_id ORDER BY ord), '{}') FROM leased)    AS "lease_ids!",

@@ -29,6 +29,7 @@ impl Answer {
             (Outcome::Deferred, None, _) => "deferred",
             (Outcome::Bypassed, ..) => "bypassed",
             (Outcome::Unthrottled, ..) => "unthrottled",
+            (Outcome::Unavailable, ..) => "unavailable",
         }
     }
 }

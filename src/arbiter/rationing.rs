@@ -61,8 +61,8 @@ pub struct Taken {
     pub count_before: i64,
     /// Budget slots taken (and as many cadence tokens, on a cadence quota).
     pub slots: i64,
-    /// Which limit stopped the take short of what was asked: the budget, or
-    /// the cadence's tokens.
+    /// Which limit stopped the take short of what was asked: the budget,
+    /// the cadence's tokens, or the free in-flight places.
     pub slots_bound_by: Limit,
     /// In-flight places leased (0 on a quota without `max_in_flight`).
     pub places: i64,
@@ -94,11 +94,12 @@ pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
     let mut granted_places = Vec::new();
     for i in order {
         let ask = &asks[i];
-        let refusal = if ask.needs_place && places_left < 1 {
-            Some(Limit::InFlight)
-        } else if count + ask.slots > ask.ceiling {
+        // A full window refuses first: nothing frees a slot before it ends.
+        // Otherwise the take fell short (places are leased only for asks the
+        // slots taken can carry) and the statement says what bound it.
+        let refusal = if count + ask.slots > ask.ceiling {
             Some(Limit::Budget)
-        } else if ask.slots > slots_left {
+        } else if ask.slots > slots_left || (ask.needs_place && places_left < 1) {
             Some(taken.slots_bound_by)
         } else {
             None
@@ -242,10 +243,11 @@ mod tests {
             ..ask(1, 100, arrival)
         };
         let asks = [with_place(0), with_place(1), with_place(2)];
+        // One free place carries one ask: the statement takes 1 slot.
         let take = Taken {
             count_before: 0,
-            slots: 2,
-            slots_bound_by: Limit::Cadence,
+            slots: 1,
+            slots_bound_by: Limit::InFlight,
             places: 1,
         };
         let sharing = share_out(&asks, take);
@@ -254,11 +256,39 @@ mod tests {
             [None, Some(Limit::InFlight), Some(Limit::InFlight)]
         );
         assert_eq!(sharing.place_holders, [0]);
-        assert_eq!((sharing.unused_slots, sharing.unused_places), (1, 0));
-        let take = Taken { places: 3, ..take };
+        assert_eq!((sharing.unused_slots, sharing.unused_places), (0, 0));
+        // Places free, 2 tokens: the third ask waits for the cadence.
+        let take = Taken {
+            slots: 2,
+            slots_bound_by: Limit::Cadence,
+            places: 3,
+            ..take
+        };
         let sharing = share_out(&asks, take);
         assert_eq!(sharing.refusals, [None, None, Some(Limit::Cadence)]);
         assert_eq!((sharing.unused_slots, sharing.unused_places), (0, 1));
+    }
+
+    #[test]
+    fn a_full_window_refuses_by_budget_whatever_else_is_short() {
+        let with_place = Ask {
+            needs_place: true,
+            ..ask(1, 10, 0)
+        };
+        for slots_bound_by in [Limit::Budget, Limit::Cadence, Limit::InFlight] {
+            let take = Taken {
+                count_before: 10,
+                slots: 0,
+                slots_bound_by,
+                places: 0,
+            };
+            let sharing = share_out(&[with_place], take);
+            assert_eq!(
+                sharing.refusals,
+                [Some(Limit::Budget)],
+                "{slots_bound_by:?}"
+            );
+        }
     }
 
     #[test]
@@ -326,15 +356,11 @@ mod tests {
             prop::collection::vec(arb_ask(), 0..12),
             0i64..30,
             0i64..40,
-            any::<bool>(),
+            0usize..3,
             0i64..12,
         )
-            .prop_map(|(asks, count_before, slots, by_tokens, places)| {
-                let slots_bound_by = if by_tokens {
-                    Limit::Cadence
-                } else {
-                    Limit::Budget
-                };
+            .prop_map(|(asks, count_before, slots, bound_by, places)| {
+                let slots_bound_by = [Limit::Budget, Limit::Cadence, Limit::InFlight][bound_by];
                 (
                     asks,
                     Taken {
@@ -385,6 +411,9 @@ mod tests {
                 let fits = ask.slots <= left && count + ask.slots <= ask.ceiling
                     && (!ask.needs_place || places >= 1);
                 prop_assert_eq!(sharing.refusals[i].is_none(), fits, "ask {}", i);
+                if count + ask.slots > ask.ceiling {
+                    prop_assert_eq!(sharing.refusals[i], Some(Limit::Budget), "ask {}", i);
+                }
                 if fits {
                     left -= ask.slots;
                     count += ask.slots;
@@ -412,11 +441,10 @@ mod tests {
         #[test]
         fn a_refusal_names_what_was_short((asks, take) in arb_case()) {
             let sharing = share_out(&asks, take);
-            for (ask, refusal) in asks.iter().zip(&sharing.refusals) {
-                match refusal {
-                    Some(Limit::InFlight) => prop_assert!(ask.needs_place),
-                    Some(Limit::Cadence) => prop_assert_eq!(take.slots_bound_by, Limit::Cadence),
-                    _ => {}
+            // Past its ceiling, the budget; else what bound the take.
+            for refusal in &sharing.refusals {
+                if let Some(limit) = refusal.filter(|l| *l != Limit::Budget) {
+                    prop_assert_eq!(limit, take.slots_bound_by);
                 }
             }
         }

@@ -45,8 +45,8 @@ pub struct PacedTake {
     pub count_after: Option<i64>,
     /// Budget slots taken, and as many tokens.
     pub taken: i64,
-    /// What stopped the take short of what was asked: the budget or the
-    /// cadence's tokens.
+    /// What stopped the take short of what was asked: the budget, the
+    /// cadence's tokens or the free in-flight places.
     pub slots_bound_by: Limit,
     /// In-flight places leased, in the order of the asks they were made for.
     pub leases: Vec<LabelledLease>,
@@ -143,6 +143,8 @@ impl Store {
             taken: row.taken,
             slots_bound_by: if row.tokens_bound {
                 Limit::Cadence
+            } else if row.places_bound {
+                Limit::InFlight
             } else {
                 Limit::Budget
             },

@@ -673,10 +673,18 @@ async fn a_place_that_cannot_be_handed_over_is_no_grant(pool: PgPool) {
         .send()
         .await
         .unwrap();
+    assert_eq!(response.status(), 200, "the refusal was decided");
+    let answer: serde_json::Value = response.json().await.unwrap();
+    let outcomes: Vec<&str> = answer["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(
-        response.status(),
-        503,
-        "a grant without its place is no grant"
+        outcomes,
+        ["deferred", "unavailable"],
+        "a grant without its place is no grant: {answer}"
     );
     // Its slot stays counted (over, never under) and the place stays leased,
     // to the flow it was made for, until it expires.
@@ -688,4 +696,48 @@ async fn a_place_that_cannot_be_handed_over_is_no_grant(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(holders, ["invoice"]);
+}
+
+/// A refusal names the limit that refused: a full window on a quota whose
+/// in-flight places are all free is a budget deferral until the window ends
+/// (not an in-flight one due at once), and a bucket out of tokens is a cadence
+/// one, whatever places are free.
+#[sqlx::test]
+async fn a_refusal_names_the_limit_that_refused_not_the_places_it_did_not_take(pool: PgPool) {
+    create_flow(&pool, "full", 2, "sync", "enforce").await;
+    set_limits(&pool, "full", "max_in_flight = 5").await;
+    create_flow(&pool, "drained", 1000, "ping", "enforce").await;
+    set_limits(
+        &pool,
+        "drained",
+        "max_in_flight = 5, rate = 0.01, burst = 1",
+    )
+    .await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for _ in 0..2 {
+        let granted = app.reserve(json!({"flow": "sync"})).await;
+        assert_eq!(granted.outcome, Outcome::Granted);
+        let freed = app
+            .post_json(
+                "/v1/report",
+                json!({"flow": "sync", "lease_id": granted.lease_id, "status": 200}),
+            )
+            .await;
+        assert_eq!(freed["released"], true, "{freed}");
+    }
+    assert_eq!(live_leases(&pool, "full").await, 0);
+    let refused = app.reserve(json!({"flow": "sync"})).await;
+    assert_eq!(refused.outcome, Outcome::Deferred);
+    assert_eq!(refused.limit, Some(quota_arbiter::decision::Limit::Budget));
+    let window_end = refused.window_start.unwrap() + chrono::Duration::hours(1);
+    assert_eq!(refused.retry_at, Some(window_end));
+
+    assert_eq!(
+        app.reserve(json!({"flow": "ping"})).await.outcome,
+        Outcome::Granted
+    );
+    let refused = app.reserve(json!({"flow": "ping"})).await;
+    assert_eq!(refused.outcome, Outcome::Deferred);
+    assert_eq!(refused.limit, Some(quota_arbiter::decision::Limit::Cadence));
+    assert!(refused.retry_after_seconds.unwrap() > 60, "{refused:?}");
 }
