@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use crate::decision::{deferral_wait, Decision, Reserve};
+use crate::decision::{Decision, DeferralWaits, Reserve};
 use crate::error::Error;
 use crate::gate;
 use crate::report::{Report, ReportAnswer};
@@ -53,7 +53,7 @@ impl Client {
 
     /// Asks until the answer is not a deferral: granted, bypassed (the
     /// arbiter's call once the deadline is near) or unthrottled. Deferred
-    /// asks wait for `retry_at` ([`deferral_wait`]), never past the deadline.
+    /// asks wait for `retry_at` ([`DeferralWaits`]), never past the deadline.
     ///
     /// Cancel-safe: dropping the future abandons the wait or the request in
     /// flight and leaves nothing running. (A reservation the arbiter made for
@@ -61,6 +61,7 @@ impl Client {
     #[tracing::instrument(skip_all, fields(flow = %request.borrow().flow()))]
     pub async fn acquire(&self, request: impl Borrow<Reserve>) -> Result<Decision, Error> {
         let request = request.borrow();
+        let mut waits = DeferralWaits::default();
         loop {
             let decision = self.reserve(request).await?;
             let Decision::Deferred {
@@ -72,7 +73,7 @@ impl Client {
             else {
                 return Ok(decision);
             };
-            let wait = deferral_wait(
+            let wait = waits.next(
                 *retry_at,
                 *retry_after_seconds,
                 request.deadline_at(),

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::report::Report;
+use crate::retry::RetryPolicy;
 
 /// A request for `count` slots of a flow's quota, all or nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -176,35 +177,60 @@ impl Decision {
     }
 }
 
-/// Below this, a deferral is waited anyway: an arbiter answering "retry now"
-/// again and again must not turn a worker into a busy loop.
+/// The least wait after a deferral whose `retry_at` had already passed; each
+/// such deferral in a row doubles it, up to [`STALE_DEFERRAL_MAX`]. An arbiter
+/// answering "deferred, retry now" again and again (a lease that just expired,
+/// or a bug) must not turn a worker into a busy loop.
 pub const MIN_DEFERRAL_WAIT: Duration = Duration::from_millis(50);
+pub const STALE_DEFERRAL_MAX: Duration = Duration::from_secs(5);
 
-/// How long a deferred worker waits before asking again.
-///
-/// `retry_at` is by the database clock and `retry_after_seconds` is the same
-/// moment relative to the decision, rounded up to whole seconds. The local
-/// clock's reading of `retry_at` keeps the millisecond precision cadence
-/// deferrals need; the relative seconds bound it, so a skewed local clock
-/// costs at most a second instead of hammering or oversleeping. Work with a
-/// deadline never sleeps past it: at the deadline the arbiter bypasses it.
-pub fn deferral_wait(
-    retry_at: DateTime<Utc>,
-    retry_after_seconds: Option<i64>,
-    deadline: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-) -> Duration {
-    let until = |t: DateTime<Utc>| (t - now).to_std().unwrap_or(Duration::ZERO);
-    let mut wait = until(retry_at);
-    if let Some(seconds) = retry_after_seconds {
-        let upper = Duration::from_secs(seconds.max(0) as u64);
-        let lower = upper.saturating_sub(Duration::from_secs(1));
-        wait = wait.clamp(lower, upper);
+/// How long a deferred worker waits before asking again, deferral after
+/// deferral of one `acquire`.
+#[derive(Debug, Default)]
+pub struct DeferralWaits {
+    /// Deferrals in a row whose `retry_at` had passed when they arrived.
+    stale: u32,
+}
+
+impl DeferralWaits {
+    /// The wait before asking again after a deferral until `retry_at`.
+    ///
+    /// `retry_at` is by the database clock and `retry_after_seconds` is the
+    /// same moment relative to the decision, rounded up to whole seconds. The
+    /// local clock's reading of `retry_at` keeps the millisecond precision
+    /// cadence deferrals need; the relative seconds bound it, so a skewed
+    /// local clock costs at most a second instead of hammering or
+    /// oversleeping. Work with a deadline never sleeps past it: at the
+    /// deadline the arbiter bypasses it.
+    pub fn next(
+        &mut self,
+        retry_at: DateTime<Utc>,
+        retry_after_seconds: Option<i64>,
+        deadline: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Duration {
+        let until = |t: DateTime<Utc>| (t - now).to_std().unwrap_or(Duration::ZERO);
+        let mut wait = until(retry_at);
+        if let Some(seconds) = retry_after_seconds {
+            let upper = Duration::from_secs(seconds.max(0) as u64);
+            let lower = upper.saturating_sub(Duration::from_secs(1));
+            wait = wait.clamp(lower, upper);
+        }
+        if let Some(deadline) = deadline {
+            wait = wait.min(until(deadline));
+        }
+        self.stale = if wait < MIN_DEFERRAL_WAIT {
+            self.stale.saturating_add(1)
+        } else {
+            0
+        };
+        let floor = RetryPolicy {
+            attempts: u32::MAX,
+            base: MIN_DEFERRAL_WAIT,
+            max: STALE_DEFERRAL_MAX,
+        };
+        wait.max(floor.wait_before_retry(self.stale, None))
     }
-    if let Some(deadline) = deadline {
-        wait = wait.min(until(deadline));
-    }
-    wait.max(MIN_DEFERRAL_WAIT)
 }
 
 #[cfg(test)]
@@ -300,42 +326,49 @@ mod tests {
         assert!(serde_json::from_str::<Decision>(r#"{"outcome":"maybe","flow":"x"}"#).is_err());
     }
 
-    #[test]
-    fn a_deferral_is_waited_by_retry_at_within_the_relative_seconds() {
-        let now = at(0);
-        // Clocks agree: millisecond precision.
-        assert_eq!(
-            deferral_wait(at(1_300), Some(2), None, now),
-            Duration::from_millis(1_300)
-        );
-        // The local clock runs 10 s behind the database: capped by the seconds.
-        assert_eq!(
-            deferral_wait(at(11_300), Some(2), None, now),
-            Duration::from_secs(2)
-        );
-        // 10 s ahead: retry_at looks past, the seconds still make it wait.
-        assert_eq!(
-            deferral_wait(at(-8_700), Some(2), None, now),
-            Duration::from_secs(1)
-        );
-        // Without the seconds, the local reading alone.
-        assert_eq!(
-            deferral_wait(at(500), None, None, now),
-            Duration::from_millis(500)
-        );
+    fn once(
+        retry_at: DateTime<Utc>,
+        seconds: Option<i64>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Duration {
+        DeferralWaits::default().next(retry_at, seconds, deadline, at(0))
     }
 
     #[test]
-    fn a_deferral_is_never_waited_past_the_deadline_nor_as_a_busy_loop() {
-        let now = at(0);
+    fn a_deferral_is_waited_by_retry_at_within_the_relative_seconds() {
+        // Clocks agree: millisecond precision.
+        assert_eq!(once(at(1_300), Some(2), None), Duration::from_millis(1_300));
+        // The local clock runs 10 s behind the database: capped by the seconds.
+        assert_eq!(once(at(11_300), Some(2), None), Duration::from_secs(2));
+        // 10 s ahead: retry_at looks past, the seconds still make it wait.
+        assert_eq!(once(at(-8_700), Some(2), None), Duration::from_secs(1));
+        // Without the seconds, the local reading alone.
+        assert_eq!(once(at(500), None, None), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_deferral_is_never_waited_past_the_deadline() {
+        let deadline = Some(at(90_000));
         assert_eq!(
-            deferral_wait(at(3_600_000), Some(3600), Some(at(90_000)), now),
+            once(at(3_600_000), Some(3600), deadline),
             Duration::from_secs(90)
         );
+        let past = Some(at(-5_000));
+        assert_eq!(once(at(3_600_000), Some(3600), past), MIN_DEFERRAL_WAIT);
+    }
+
+    #[test]
+    fn deferrals_to_a_passed_retry_at_back_off_until_a_real_one_comes() {
+        let mut waits = DeferralWaits::default();
+        let stale: Vec<u128> = (0..9)
+            .map(|_| waits.next(at(-3), Some(0), None, at(0)).as_millis())
+            .collect();
+        assert_eq!(stale, [50, 100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        // A real wait resets the escalation: sub-second cadence waits stay exact.
         assert_eq!(
-            deferral_wait(at(3_600_000), Some(3600), Some(at(-5_000)), now),
-            MIN_DEFERRAL_WAIT
+            waits.next(at(120), Some(1), None, at(0)),
+            Duration::from_millis(120)
         );
-        assert_eq!(deferral_wait(at(0), Some(0), None, now), MIN_DEFERRAL_WAIT);
+        assert_eq!(waits.next(at(0), Some(0), None, at(0)), MIN_DEFERRAL_WAIT);
     }
 }

@@ -39,7 +39,9 @@ mod settings;
 mod transport;
 
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
-pub use decision::{deferral_wait, Decision, Limit, Mode, Reserve, MIN_DEFERRAL_WAIT};
+pub use decision::{
+    Decision, DeferralWaits, Limit, Mode, Reserve, MIN_DEFERRAL_WAIT, STALE_DEFERRAL_MAX,
+};
 pub use error::{Error, Failure};
 pub use report::{Report, ReportAnswer};
 pub use retry::{parse_retry_after, RetryPolicy};

@@ -262,6 +262,19 @@ async fn acquire_asks_again_at_the_deadline_at_the_latest() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn acquire_backs_off_deferrals_whose_retry_at_has_passed() {
+    let mut replies = vec![deferred("invoice", Duration::ZERO, "in_flight"); 4];
+    replies.push(granted("invoice"));
+    let arbiter = FakeArbiter::start(replies).await;
+    let decision = client(&arbiter)
+        .acquire(Reserve::new("invoice"))
+        .await
+        .unwrap();
+    assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+    assert_eq!(arbiter.gaps(), [50, 100, 200, 400].map(Duration::from_millis));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_cancelled_acquire_asks_nothing_more() {
     let arbiter = FakeArbiter::start([deferred("invoice", S(30), "budget")]).await;
     let arbiter_client = client(&arbiter);
