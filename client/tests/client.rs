@@ -271,7 +271,10 @@ async fn acquire_backs_off_deferrals_whose_retry_at_has_passed() {
         .await
         .unwrap();
     assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
-    assert_eq!(arbiter.gaps(), [50, 100, 200, 400].map(Duration::from_millis));
+    assert_eq!(
+        arbiter.gaps(),
+        [50, 100, 200, 400].map(Duration::from_millis)
+    );
 }
 
 #[tokio::test(start_paused = true)]
