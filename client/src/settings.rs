@@ -2,6 +2,7 @@
 //! worker: it falls back to its default with one warning naming the variable.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::time::Duration;
 
 use reqwest::Url;
@@ -21,7 +22,7 @@ pub struct Pacing {
     pub burst: u32,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Settings {
     pub url: Url,
     /// Sent as `Authorization: Bearer`; never printed.
@@ -39,6 +40,18 @@ impl Default for Settings {
             pacing: None,
             retry: RetryPolicy::default(),
         }
+    }
+}
+
+/// The key is a secret: `{:?}` says whether there is one, never what it is.
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("url", &self.url.as_str())
+            .field("key", &self.key.as_ref().map(|_| "<set>"))
+            .field("pacing", &self.pacing)
+            .field("retry", &self.retry)
+            .finish()
     }
 }
 
