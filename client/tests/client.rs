@@ -26,47 +26,15 @@ fn capped(attempts: u32, base: u64, max: u64) -> RetryPolicy {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_429_with_retry_after_seconds_is_waited_then_granted() {
-    let arbiter = FakeArbiter::start([
-        Reply::problem(429, "too-many").retry_after("3"),
-        granted("invoice"),
-    ])
-    .await;
-    let decision = client(&arbiter)
-        .reserve(Reserve::new("invoice"))
-        .await
-        .unwrap();
-    assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
-    // 3 s, not the 2 s backoff: the longer Retry-After wins.
-    assert_eq!(arbiter.gaps(), [S(3)]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_429_with_retry_after_as_an_http_date_is_waited_then_granted() {
-    let arbiter = FakeArbiter::start([
-        Reply::problem(429, "too-many").retry_after_date(S(10)),
-        granted("invoice"),
-    ])
-    .await;
-    let decision = client(&arbiter)
-        .reserve(Reserve::new("invoice"))
-        .await
-        .unwrap();
-    assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
-    // The date has whole seconds: 9-10 s from when it was written.
-    let gap = arbiter.gaps()[0];
-    assert!(gap > S(9) && gap <= S(10), "{gap:?}");
-}
-
-#[tokio::test(start_paused = true)]
-async fn unavailability_without_retry_after_backs_off_2_4_8_capped() {
-    let mut replies = vec![Reply::problem(503, "store-unavailable"); 5];
+/// Reserves once from a fake answering `failures`, then granting, with
+/// `retry`; returns the fake for the waits between its requests.
+async fn granted_after(failures: Vec<Reply>, retry: RetryPolicy) -> FakeArbiter {
+    let mut replies = failures;
     replies.push(granted("invoice"));
     let arbiter = FakeArbiter::start(replies).await;
     let arbiter_client = Client::builder()
         .url(&arbiter.url)
-        .retry(capped(7, 2, 10))
+        .retry(retry)
         .build()
         .unwrap();
     let decision = arbiter_client.reserve(Reserve::new("invoice")).await;
@@ -74,25 +42,37 @@ async fn unavailability_without_retry_after_backs_off_2_4_8_capped() {
         matches!(decision, Ok(Decision::Granted { .. })),
         "{decision:?}"
     );
+    arbiter
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_with_retry_after_seconds_is_waited_then_granted() {
+    let too_many = Reply::problem(429, "too-many").retry_after("3");
+    let arbiter = granted_after(vec![too_many], RetryPolicy::default()).await;
+    // 3 s, not the 2 s backoff: the longer Retry-After wins.
+    assert_eq!(arbiter.gaps(), [S(3)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_with_retry_after_as_an_http_date_is_waited_then_granted() {
+    let too_many = Reply::problem(429, "too-many").retry_after_date(S(10));
+    let arbiter = granted_after(vec![too_many], RetryPolicy::default()).await;
+    // The date has whole seconds: 9-10 s from when it was written.
+    let gap = arbiter.gaps()[0];
+    assert!(gap > S(9) && gap <= S(10), "{gap:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unavailability_without_retry_after_backs_off_2_4_8_capped() {
+    let unavailable = vec![Reply::problem(503, "store-unavailable"); 5];
+    let arbiter = granted_after(unavailable, capped(7, 2, 10)).await;
     assert_eq!(arbiter.gaps(), [2, 4, 8, 10, 10].map(S));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_longer_than_the_cap_is_still_honoured() {
-    let arbiter = FakeArbiter::start([
-        Reply::problem(503, "store-unavailable").retry_after("300"),
-        granted("invoice"),
-    ])
-    .await;
-    let arbiter_client = Client::builder()
-        .url(&arbiter.url)
-        .retry(capped(7, 2, 10))
-        .build()
-        .unwrap();
-    arbiter_client
-        .reserve(Reserve::new("invoice"))
-        .await
-        .unwrap();
+    let unavailable = Reply::problem(503, "store-unavailable").retry_after("300");
+    let arbiter = granted_after(vec![unavailable], capped(7, 2, 10)).await;
     assert_eq!(arbiter.gaps(), [S(300)]);
 }
 
