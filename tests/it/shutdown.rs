@@ -32,6 +32,7 @@ async fn sigterm_writes_every_count_and_tally_made_after_the_fact(pool: PgPool) 
     let held = lock_window(&pool, "ppf").await;
     burst(&client, &replica.base).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(replica.is_running());
     replica.terminate();
     tokio::time::sleep(Duration::from_millis(500)).await;
     held.commit().await.unwrap();

@@ -1,11 +1,15 @@
 //! Window alignment: fixed UTC hours by the database clock, whatever TimeZone.
 
-use chrono::{DateTime, TimeZone, Timelike, Utc};
+use std::sync::Arc;
+
+use chrono::{DateTime, DurationRound, TimeZone, Timelike, Utc};
+use quota_arbiter::decision::{Decision, Outcome};
 use quota_arbiter::store::Store;
+use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
 
-use crate::helpers::{create_flow, pin_clock};
+use crate::helpers::{create_flow, pin_clock, pin_clock_at, TestApp};
 
 #[sqlx::test]
 async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: PgPool) {
@@ -126,4 +130,106 @@ async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: 
             .count_after,
         None
     );
+}
+
+const TURN_CALLERS: usize = 16;
+const TURN_CEILING: i64 = 20;
+
+/// What one caller saw: the decision and when it was asked and answered,
+/// both by the database clock (the client's clock moved by the offset).
+struct Asked {
+    decision: Decision,
+    sent: DateTime<Utc>,
+    answered: DateTime<Utc>,
+}
+
+#[sqlx::test]
+async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(pool: PgPool) {
+    // Three seconds before a UTC hour by the database clock; start asking
+    // 0.8 s before it and go on until 0.7 s after it.
+    let pinned = pin_clock_at(&pool, 3597.0).await;
+    create_flow(&pinned, "ppf", TURN_CEILING, "invoice", "enforce").await;
+    let app = Arc::new(TestApp::spawn(pinned.clone()).await);
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pinned)
+        .await
+        .unwrap();
+    let offset = db_now - Utc::now();
+    let hour =
+        db_now.duration_trunc(chrono::Duration::hours(1)).unwrap() + chrono::Duration::hours(1);
+    let start = hour - chrono::Duration::milliseconds(800);
+    let stop = hour + chrono::Duration::milliseconds(700);
+    let wait = (start - (Utc::now() + offset))
+        .to_std()
+        .expect("set up before the turn");
+    tokio::time::sleep(wait).await;
+
+    let mut callers = Vec::new();
+    for _ in 0..TURN_CALLERS {
+        let app = app.clone();
+        callers.push(tokio::spawn(async move {
+            let mut asked = Vec::new();
+            while Utc::now() + offset < stop {
+                let sent = Utc::now() + offset;
+                let decision = app.reserve(json!({"flow": "invoice"})).await;
+                let answered = Utc::now() + offset;
+                asked.push(Asked {
+                    decision,
+                    sent,
+                    answered,
+                });
+            }
+            asked
+        }));
+    }
+    let mut all = Vec::new();
+    for caller in callers {
+        all.extend(caller.await.unwrap());
+    }
+
+    let before = hour - chrono::Duration::hours(1);
+    // The client's reading of the database clock is good to a round trip.
+    let slack = chrono::Duration::milliseconds(50);
+    for asked in &all {
+        let window = asked
+            .decision
+            .window_start
+            .expect("an enforced decision has a window");
+        assert!(window == before || window == hour, "{window}");
+        if window == before {
+            assert!(
+                asked.sent < hour + slack,
+                "decided before the hour, asked at {}",
+                asked.sent
+            );
+        } else {
+            assert!(
+                asked.answered > hour - slack,
+                "decided after the hour, answered at {}",
+                asked.answered
+            );
+        }
+    }
+    for window in [before, hour] {
+        let granted = all
+            .iter()
+            .filter(|a| a.decision.window_start == Some(window))
+            .filter(|a| a.decision.outcome == Outcome::Granted)
+            .count() as i64;
+        let counted: i64 = sqlx::query_scalar(
+            "SELECT coalesce((SELECT count FROM quota_window WHERE quota = 'ppf' AND window_start = $1), 0)",
+        )
+        .bind(window)
+        .fetch_one(&pinned)
+        .await
+        .unwrap();
+        assert_eq!(
+            counted, granted,
+            "window {window}: its count is what was granted in it"
+        );
+        assert!(
+            granted >= 1 && granted <= TURN_CEILING,
+            "window {window}: {granted} granted"
+        );
+    }
 }
