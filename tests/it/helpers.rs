@@ -357,6 +357,11 @@ impl Replica {
 
     /// SIGKILL: no graceful shutdown, nothing flushed.
     pub async fn kill(mut self) {
+        self.sigkill().await;
+    }
+
+    /// [`Replica::kill`] in place, for a caller that starts another.
+    pub async fn sigkill(&mut self) {
         self.child.kill().await.unwrap();
     }
 
