@@ -228,7 +228,7 @@ async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(p
             "window {window}: its count is what was granted in it"
         );
         assert!(
-            granted >= 1 && granted <= TURN_CEILING,
+            (1..=TURN_CEILING).contains(&granted),
             "window {window}: {granted} granted"
         );
     }
