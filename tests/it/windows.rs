@@ -1,6 +1,7 @@
 //! Window alignment: fixed UTC hours by the database clock, whatever TimeZone.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeZone, Timelike, Utc};
 use quota_arbiter::decision::{Decision, Outcome};
@@ -9,7 +10,7 @@ use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
 
-use crate::helpers::{create_flow, pin_clock, pin_clock_at, TestApp};
+use crate::helpers::{create_flow, eventually, pin_clock, pin_clock_at, TestApp};
 
 #[sqlx::test]
 async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: PgPool) {
@@ -149,6 +150,9 @@ async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(p
     // 0.8 s before it and go on until 0.7 s after it.
     let pinned = pin_clock_at(&pool, 3597.0).await;
     create_flow(&pinned, "ppf", TURN_CEILING, "invoice", "enforce").await;
+    // Counted after the fact: in the window its answer names, not the one
+    // the database clock is in when the count is written.
+    create_flow(&pinned, "feed", 1_000_000, "page-view", "count").await;
     let app = Arc::new(TestApp::spawn(pinned.clone()).await);
     let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
         .fetch_one(&pinned)
@@ -165,13 +169,18 @@ async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(p
     tokio::time::sleep(wait).await;
 
     let mut callers = Vec::new();
-    for _ in 0..TURN_CALLERS {
+    for caller in 0..TURN_CALLERS {
         let app = app.clone();
+        let flow = if caller % 4 == 0 {
+            "page-view"
+        } else {
+            "invoice"
+        };
         callers.push(tokio::spawn(async move {
             let mut asked = Vec::new();
             while Utc::now() + offset < stop {
                 let sent = Utc::now() + offset;
-                let decision = app.reserve(json!({"flow": "invoice"})).await;
+                let decision = app.reserve(json!({"flow": flow})).await;
                 let answered = Utc::now() + offset;
                 asked.push(Asked {
                     decision,
@@ -191,10 +200,16 @@ async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(p
     // The client's reading of the database clock is good to a round trip.
     let slack = chrono::Duration::milliseconds(50);
     for asked in &all {
-        let window = asked
-            .decision
-            .window_start
-            .expect("an enforced decision has a window");
+        // Only a count made without a recent clock reading (right after the
+        // turn) names no window: the flush's window counts it.
+        let Some(window) = asked.decision.window_start else {
+            assert_eq!(
+                asked.decision.outcome,
+                Outcome::Unthrottled,
+                "an enforced decision has a window"
+            );
+            continue;
+        };
         assert!(window == before || window == hour, "{window}");
         if window == before {
             assert!(
@@ -210,26 +225,53 @@ async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(p
             );
         }
     }
-    for window in [before, hour] {
-        let granted = all
-            .iter()
+    let spent = |window, outcome| {
+        all.iter()
             .filter(|a| a.decision.window_start == Some(window))
-            .filter(|a| a.decision.outcome == Outcome::Granted)
-            .count() as i64;
-        let counted: i64 = sqlx::query_scalar(
-            "SELECT coalesce((SELECT count FROM quota_window WHERE quota = 'ppf' AND window_start = $1), 0)",
+            .filter(|a| a.decision.outcome == outcome)
+            .count() as i64
+    };
+    let counted_in = |quota: &'static str, window| {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce((SELECT count FROM quota_window WHERE quota = $1 AND window_start = $2), 0)",
         )
+        .bind(quota)
         .bind(window)
         .fetch_one(&pinned)
-        .await
-        .unwrap();
+    };
+    let page_views = all
+        .iter()
+        .filter(|a| a.decision.flow == "page-view")
+        .count() as i64;
+    let flushed = eventually(Duration::from_secs(5), page_views, || async {
+        counted_in("feed", before).await.unwrap() + counted_in("feed", hour).await.unwrap()
+    })
+    .await;
+    assert_eq!(flushed, page_views, "every page view counted");
+    for window in [before, hour] {
+        let granted = spent(window, Outcome::Granted);
         assert_eq!(
-            counted, granted,
+            counted_in("ppf", window).await.unwrap(),
+            granted,
             "window {window}: its count is what was granted in it"
         );
         assert!(
             (1..=TURN_CEILING).contains(&granted),
             "window {window}: {granted} granted"
+        );
+        let unthrottled = spent(window, Outcome::Unthrottled);
+        let unplaced = all
+            .iter()
+            .filter(|a| a.decision.flow == "page-view" && a.decision.window_start.is_none())
+            .count() as i64;
+        let counted = counted_in("feed", window).await.unwrap();
+        assert!(
+            counted >= unthrottled && counted <= unthrottled + unplaced,
+            "window {window}: {counted} counted, {unthrottled} answered in it, {unplaced} in none"
+        );
+        assert!(
+            unthrottled >= 1,
+            "window {window}: page views on both sides"
         );
     }
 }
