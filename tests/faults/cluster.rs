@@ -19,14 +19,14 @@ const CALLERS: usize = 24;
 /// A fresh database, migrated, with an enforced budget quota (`invoice`), an
 /// enforced quota its deadline calls outrank (`payroll`, ceiling 10) and a
 /// third spent by an observed and a count-mode flow.
-pub struct Store {
+pub struct Database {
     pub url: String,
     pub name: String,
     pub pool: PgPool,
     admin: PgPool,
 }
 
-impl Store {
+impl Database {
     pub async fn fresh() -> Self {
         let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for the tests");
         let admin = PgPoolOptions::new()

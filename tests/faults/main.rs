@@ -16,7 +16,7 @@ mod history;
 
 use std::time::{Duration, Instant};
 
-use cluster::{fault, Cluster, Load, Store, CEILING};
+use cluster::{fault, Cluster, Database, Load, CEILING};
 use history::{Fault, Killed};
 
 const REPLICAS: usize = 3;
@@ -30,35 +30,35 @@ fn soak() -> bool {
 #[tokio::test]
 async fn replicas_keep_every_guarantee_through_backend_kills_a_held_row_and_a_sigkill() {
     let rounds = if soak() { 10 } else { 1 };
-    let store = Store::fresh().await;
-    let mut cluster = Cluster::start(&store.url, REPLICAS).await;
+    let database = Database::fresh().await;
+    let mut cluster = Cluster::start(&database.url, REPLICAS).await;
     let load = Load::start(&cluster);
     tokio::time::sleep(SETTLE).await;
     let (mut faults, mut killed) = (Vec::new(), None);
     for round in 0..rounds {
         for _ in 0..3 {
-            let terminated = store.terminate_backends().await;
+            let terminated = database.terminate_backends().await;
             assert!(terminated > 0, "the replicas had backends to terminate");
             faults.push(fault("pg_terminate_backend"));
             tokio::time::sleep(SETTLE).await;
         }
-        store.hold_window(Duration::from_secs(3)).await;
+        database.hold_window(Duration::from_secs(3)).await;
         faults.push(fault("window row held for 3 s"));
         tokio::time::sleep(SETTLE).await;
         if round == 0 {
-            killed = Some(cluster.kill_and_restart(1, &store.url).await);
+            killed = Some(cluster.kill_and_restart(1, &database.url).await);
             tokio::time::sleep(SETTLE).await;
         }
     }
-    finish(store, cluster, load, &faults, killed).await;
+    finish(database, cluster, load, &faults, killed).await;
 }
 
 #[tokio::test]
 #[ignore = "restarts PostgreSQL, cutting every other test's connections: run alone"]
 async fn replicas_keep_every_guarantee_through_a_postgresql_restart() {
     let rounds = if soak() { 5 } else { 1 };
-    let store = Store::fresh().await;
-    let cluster = Cluster::start(&store.url, REPLICAS).await;
+    let database = Database::fresh().await;
+    let cluster = Cluster::start(&database.url, REPLICAS).await;
     let load = Load::start(&cluster);
     tokio::time::sleep(SETTLE).await;
     let mut faults = Vec::new();
@@ -67,13 +67,13 @@ async fn replicas_keep_every_guarantee_through_a_postgresql_restart() {
         faults.push(fault("PostgreSQL restart"));
         tokio::time::sleep(2 * SETTLE).await;
     }
-    finish(store, cluster, load, &faults, None).await;
+    finish(database, cluster, load, &faults, None).await;
 }
 
 /// Stops the load and the replicas (SIGTERM: their counts written), then
 /// checks the history against the store.
 async fn finish(
-    store: Store,
+    database: Database,
     mut cluster: Cluster,
     load: Load,
     faults: &[Fault],
@@ -84,7 +84,7 @@ async fn finish(
     assert!(dead.is_empty(), "replicas {dead:?} died on their own");
     let size = cluster.size();
     cluster.stop().await;
-    let counted = store.counted().await;
+    let counted = database.counted().await;
     let verdict = history::check(&calls, CEILING, faults, killed, &counted, size);
     eprintln!(
         "fault suite: {} requests in {ran:.1?} ({:.0}/s), {} faults injected{}, \
@@ -98,7 +98,7 @@ async fn finish(
         history::most_granted(&calls),
         history::summary(&calls),
     );
-    store.drop_database().await;
+    database.drop_database().await;
     assert!(
         verdict.violations.is_empty(),
         "{} violations, the first ones:\n{}",
