@@ -317,6 +317,11 @@ pub struct Replica {
 
 impl Replica {
     pub async fn spawn(database_url: &str) -> Self {
+        Self::spawn_with(database_url, &[]).await
+    }
+
+    /// [`Replica::spawn`] with extra environment variables (`QUOTA_*` settings).
+    pub async fn spawn_with(database_url: &str, env: &[(&str, &str)]) -> Self {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_quota-arbiter"))
             .arg("serve")
             .current_dir(std::env::temp_dir())
@@ -328,6 +333,7 @@ impl Replica {
             .env("QUOTA_LOG_FORMAT", "json")
             .env("QUOTA_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)

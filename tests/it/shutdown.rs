@@ -1,6 +1,7 @@
 //! SIGTERM loses nothing: counts and tallies made after the fact (count mode,
-//! deadline bypass) that are still in memory, or in a flush the store is
-//! holding up, are written before a real server process exits.
+//! deadline bypass, observations the store answered too late) that are still
+//! in memory, in a flush the store is holding up, or still to come, are
+//! written before a real server process exits.
 
 use std::time::Duration;
 
@@ -56,6 +57,42 @@ async fn sigterm_writes_every_count_and_tally_made_after_the_fact(pool: PgPool) 
         tallied,
         (1 + BURST as i64, BURST as i64),
         "every decision tallied"
+    );
+}
+
+#[sqlx::test]
+async fn sigterm_waits_for_an_observation_answered_late_and_counts_it(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 1000, "status-report", "observe").await;
+    let url = database_url(&pool, &postgres_host_port()).await;
+    let mut replica = Replica::spawn_with(&url, &[("QUOTA_STORE_TIMEOUT", "300ms")]).await;
+    let client = reqwest::Client::new();
+    let observe = || post_reserve(&client, &replica.base, json!({"flow": "status-report"}));
+    assert_eq!(observe().await.status(), 200);
+    assert_eq!(current_count(&pool, "ppf").await, 1);
+
+    // Answered before the store, its statement still waiting on the row when
+    // the signal comes; then it fails, so only the replica can count it.
+    let held = lock_window(&pool, "ppf").await;
+    assert_eq!(observe().await.status(), 200);
+    replica.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let terminated: i64 = sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(terminated, 1, "the late observation was still waiting");
+    held.commit().await.unwrap();
+    let status = replica.exited(Duration::from_secs(20)).await;
+    assert!(status.success(), "a graceful exit: {status}");
+
+    assert_eq!(
+        current_count(&pool, "ppf").await,
+        2,
+        "the late observation is counted after the fact"
     );
 }
 
