@@ -67,7 +67,8 @@ impl Arbiter {
             Err(late) => {
                 tracing::warn!(quota, timeout = ?self.store_timeout, "observed decision answered before the store; its statement finishes in the background");
                 let ledger = self.ledger.clone();
-                tokio::spawn(settle_late(
+                // Tracked: a graceful shutdown waits for it before its last flush.
+                self.ledger.settle_later(settle_late(
                     late,
                     ledger,
                     quota.clone(),
