@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::clock::{ClockReading, DbClock};
 use crate::metrics::Metrics;
 use crate::store::{Reservation, Take};
+use crate::tally::Ledger;
 
 /// The store could not decide in time; for an enforced flow that is a 503.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -151,16 +152,20 @@ no_clock!(
 pub(super) struct Shell {
     metrics: Metrics,
     clock: DbClock,
+    /// Detached calls are settled through it, so that a graceful shutdown
+    /// waits for them before its last flush.
+    ledger: Ledger,
     budget: Duration,
     /// Calls of one decision that share one budget end by then.
     deadline: Option<Instant>,
 }
 
 impl Shell {
-    pub(super) fn new(metrics: Metrics, clock: DbClock, budget: Duration) -> Self {
+    pub(super) fn new(metrics: Metrics, clock: DbClock, ledger: Ledger, budget: Duration) -> Self {
         Self {
             metrics,
             clock,
+            ledger,
             budget,
             deadline: None,
         }
@@ -219,14 +224,16 @@ impl Shell {
         E: Into<StoreError> + Send + 'static,
         S: Future<Output = ()> + Send + 'static,
     {
-        self.run(operation, detach(call, settle)).await
+        self.run(operation, detach(&self.ledger, call, settle))
+            .await
     }
 }
 
 /// Starts `call` as a task of its own; the future answers what it answers,
 /// after `settle` has had a failure. A success that finds the future gone
-/// goes to `settle` instead.
+/// goes to `settle` instead. The task is the ledger's to wait for at shutdown.
 fn detach<T, E, S>(
+    ledger: &Ledger,
     call: impl Future<Output = Result<T, E>> + Send + 'static,
     settle: impl FnOnce(Result<T, StoreError>) -> S + Send + 'static,
 ) -> impl Future<Output = Result<T, StoreError>>
@@ -236,7 +243,7 @@ where
     S: Future<Output = ()> + Send + 'static,
 {
     let (answer, answered) = oneshot::channel();
-    tokio::spawn(async move {
+    ledger.settle_later(async move {
         let outcome = match tokio::time::timeout(LATE_LIMIT, call).await {
             Ok(outcome) => outcome.map_err(Into::into),
             Err(_) => Err(StoreUnavailable(format!("no answer within {LATE_LIMIT:?}")).into()),
@@ -287,7 +294,7 @@ mod tests {
     fn shell_with(budget: Duration) -> (Shell, Metrics, DbClock) {
         let (metrics, clock) = (Metrics::new(), DbClock::default());
         (
-            Shell::new(metrics.clone(), clock.clone(), budget),
+            Shell::new(metrics.clone(), clock.clone(), Ledger::default(), budget),
             metrics,
             clock,
         )
