@@ -59,12 +59,15 @@ impl Arbiter {
         late_tally: impl FnOnce() -> LateTally,
     ) -> Option<Reservation> {
         let (ledger, quota, tally) = (self.ledger.clone(), rule.quota.name.clone(), late_tally());
+        let clock = self.clock.clone();
         let settle = move |unused: Result<Reservation, StoreError>| {
             match unused {
                 Ok(reservation) => tally(&reservation, &ledger),
                 Err(error) => {
                     tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
-                    ledger.spend_after_the_fact(&quota, None, slots);
+                    // A failure is settled just before the caller answers,
+                    // naming this window (a late one: just after).
+                    ledger.spend_after_the_fact(&quota, clock.window_start(), slots);
                 }
             }
             std::future::ready(())
