@@ -288,6 +288,16 @@ pub mod integer {
             Self::fit(n)
         }
 
+        fn visit_i128<E: de::Error>(self, n: i128) -> Result<Self::Value, E> {
+            let n = i64::try_from(n).map_err(|_| E::custom(format!("{n} is out of range")))?;
+            Self::fit(n)
+        }
+
+        fn visit_u128<E: de::Error>(self, n: u128) -> Result<Self::Value, E> {
+            let n = i64::try_from(n).map_err(|_| E::custom(format!("{n} is out of range")))?;
+            Self::fit(n)
+        }
+
         fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
             // 2^63 is the first f64 beyond i64.
             if n.fract() != 0.0

@@ -64,55 +64,33 @@ async fn a_nul_anywhere_is_refused_before_the_store(pool: PgPool) {
         .await;
 
     let done = format!("/v1/work/{id}/done");
-    refused(
-        &app,
-        Method::POST,
-        &done,
-        r#"{"worker": "w\u0000-1"}"#,
-        "`worker`",
-    )
-    .await;
     let release = format!("/v1/work/{id}/release");
-    refused(
-        &app,
-        Method::POST,
-        &release,
-        r#"{"worker": "w\u0000"}"#,
-        "`worker`",
-    )
-    .await;
-    refused(
-        &app,
-        Method::POST,
-        &release,
-        r#"{"worker": "w-1", "retry_in": "30\u0000s"}"#,
-        "`retry_in`",
-    )
-    .await;
-    refused(
-        &app,
-        Method::POST,
-        "/v1/work",
-        r#"{"flow": "invoice", "payload": {"a": [1, {"b": "x\u0000y"}]}}"#,
-        "`payload`",
-    )
-    .await;
-    refused(
-        &app,
-        Method::POST,
-        "/v1/work",
-        r#"{"flow": "invoice", "payload": {"k\u0000": 1}}"#,
-        "`payload`",
-    )
-    .await;
-    refused(
-        &app,
-        Method::POST,
-        "/v1/reserve",
-        r#"{"flow": "invoice", "ref": "a\u0000b"}"#,
-        "`ref`",
-    )
-    .await;
+    for (path, body, field) in [
+        (&*done, r#"{"worker": "w\u0000-1"}"#, "`worker`"),
+        (&*release, r#"{"worker": "w\u0000"}"#, "`worker`"),
+        (
+            &*release,
+            r#"{"worker": "w-1", "retry_in": "30\u0000s"}"#,
+            "`retry_in`",
+        ),
+        (
+            "/v1/work",
+            r#"{"flow": "invoice", "payload": {"a": [1, {"b": "x\u0000y"}]}}"#,
+            "`payload`",
+        ),
+        (
+            "/v1/work",
+            r#"{"flow": "invoice", "payload": {"k\u0000": 1}}"#,
+            "`payload`",
+        ),
+        (
+            "/v1/reserve",
+            r#"{"flow": "invoice", "ref": "a\u0000b"}"#,
+            "`ref`",
+        ),
+    ] {
+        refused(&app, Method::POST, path, body, field).await;
+    }
 
     let state: String = sqlx::query_scalar("SELECT state FROM work_item WHERE id = $1")
         .bind(id)
