@@ -190,6 +190,14 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
             JsonRejection::JsonDataError(e) => ApiError::Invalid(e.body_text()),
+            JsonRejection::JsonSyntaxError(e)
+                if crate::input::is_lone_surrogate(&e.body_text()) =>
+            {
+                ApiError::Invalid(format!(
+                    "a string holds half of a UTF-16 surrogate pair, which names no character: {}",
+                    e.body_text()
+                ))
+            }
             JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest(e.body_text()),
             JsonRejection::MissingJsonContentType(e) => {
                 ApiError::UnsupportedMediaType(e.body_text())

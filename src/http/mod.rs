@@ -2,6 +2,7 @@
 
 mod admin;
 mod batch;
+mod contract;
 mod dashboard;
 pub mod error;
 mod extract;
@@ -87,7 +88,7 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
         )),
         None => routes,
     };
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (routes, mut spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(reserve::router())
         .merge(batch::router())
         .merge(work::router())
@@ -95,7 +96,9 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
         .merge(ops::router())
         .merge(dashboard::router())
         .merge(bounded(feedback::router()))
-        .split_for_parts()
+        .split_for_parts();
+    contract::complete(&mut spec);
+    (routes, spec)
 }
 
 /// The OpenAPI document, derived from the same routes the server mounts.
