@@ -19,8 +19,12 @@ const STORE_RETRY_AFTER_SECONDS: u64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The body is not JSON (or not readable).
     #[error("{0}")]
-    BadRequest(String),
+    MalformedJson(String),
+    /// A path parameter does not parse.
+    #[error("{0}")]
+    BadPath(String),
     #[error("{0}")]
     Invalid(String),
     #[error("{0}")]
@@ -51,6 +55,9 @@ pub struct Problem {
     pub title: String,
     pub status: u16,
     pub detail: String,
+    /// A 500 only: the request id its cause is logged under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// The cause of a 500 or 503, handed to the logging middleware so it is logged
@@ -61,9 +68,10 @@ pub struct FailureCause(pub Arc<str>);
 impl ApiError {
     fn class(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
-            ApiError::BadRequest(_) => {
-                (StatusCode::BAD_REQUEST, "bad-request", "Malformed request")
+            ApiError::MalformedJson(_) => {
+                (StatusCode::BAD_REQUEST, "malformed-json", "Malformed JSON")
             }
+            ApiError::BadPath(_) => (StatusCode::BAD_REQUEST, "bad-path", "Malformed path"),
             ApiError::Invalid(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid-request",
@@ -80,11 +88,7 @@ impl ApiError {
                 "Request body too large",
             ),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-            ApiError::AdminDisabled => (
-                StatusCode::FORBIDDEN,
-                "admin-disabled",
-                "Admin API disabled",
-            ),
+            ApiError::AdminDisabled => (StatusCode::FORBIDDEN, "forbidden", "Admin API disabled"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             ApiError::MethodNotAllowed => (
@@ -108,6 +112,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.render(None)
+    }
+}
+
+impl ApiError {
+    /// The problem document; a 500's names the request id its cause is
+    /// logged under (the logging middleware knows it, the handler does not).
+    pub(super) fn render(self, request_id: Option<String>) -> Response {
         let (status, slug, title) = self.class();
         let (detail, cause) = match &self {
             ApiError::StoreUnavailable(cause) => (
@@ -123,6 +135,7 @@ impl IntoResponse for ApiError {
             title: title.to_string(),
             status: status.as_u16(),
             detail,
+            request_id: request_id.filter(|_| status == StatusCode::INTERNAL_SERVER_ERROR),
         };
         let mut response = (status, axum::Json(problem)).into_response();
         let headers = response.headers_mut();
@@ -198,12 +211,12 @@ impl From<JsonRejection> for ApiError {
                     e.body_text()
                 ))
             }
-            JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => ApiError::MalformedJson(e.body_text()),
             JsonRejection::MissingJsonContentType(e) => {
                 ApiError::UnsupportedMediaType(e.body_text())
             }
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
-            other => ApiError::BadRequest(other.body_text()),
+            other => ApiError::MalformedJson(other.body_text()),
         }
     }
 }
@@ -216,6 +229,6 @@ impl From<QueryRejection> for ApiError {
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::BadRequest(rejection.body_text())
+        ApiError::BadPath(rejection.body_text())
     }
 }

@@ -32,7 +32,7 @@ where
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge
             } else {
-                ApiError::BadRequest(rejection.body_text())
+                ApiError::MalformedJson(rejection.body_text())
             }
         })?;
         let opens_an_object = body
