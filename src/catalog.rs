@@ -17,7 +17,7 @@ pub use settings::{
     QuotaSettings, DEFAULT_PRIORITY,
 };
 
-pub const MAX_NAME_LEN: usize = 128;
+pub use crate::input::{name as validate_name, MAX_NAME_LEN};
 /// Largest hourly ceiling (2^53): `count + k` can never overflow.
 pub const MAX_CEILING: i64 = 1 << 53;
 /// Largest cadence: refill arithmetic stays finite.
@@ -83,26 +83,6 @@ impl FromStr for Mode {
             )),
         }
     }
-}
-
-/// Names of quotas and flows end up in URLs, metric labels and log lines, so
-/// they are kept to a small, printable alphabet (the tables check the same).
-pub fn validate_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(format!("must be at most {MAX_NAME_LEN} characters"));
-    }
-    let mut chars = name.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || "._:/-".contains(c));
-    if !(first_ok && rest_ok) {
-        return Err(
-            "must start with a letter or digit and use only letters, digits and . _ : / -".into(),
-        );
-    }
-    Ok(())
 }
 
 #[derive(Clone, Debug, PartialEq)]

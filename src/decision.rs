@@ -10,7 +10,7 @@ use crate::catalog::Mode;
 /// Largest `count` one reservation may ask for: one business operation that
 /// makes several calls, not a bulk import.
 pub const MAX_COUNT: i64 = 10_000;
-pub const MAX_REF_LEN: usize = 256;
+pub use crate::input::MAX_REF_LEN;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -73,8 +73,8 @@ impl SlotRequest {
         if !(1..=MAX_COUNT).contains(&count) {
             return Err(format!("`count` must be between 1 and {MAX_COUNT}"));
         }
-        if reference.as_ref().is_some_and(|r| r.len() > MAX_REF_LEN) {
-            return Err(format!("`ref` must be at most {MAX_REF_LEN} characters"));
+        if let Some(reference) = &reference {
+            crate::input::reference(reference).map_err(|why| format!("`ref` {why}"))?;
         }
         Ok(Self {
             flow,

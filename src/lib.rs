@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod decision;
 pub mod http;
+pub mod input;
 pub mod metrics;
 pub mod operator;
 pub mod report;

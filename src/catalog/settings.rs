@@ -112,6 +112,7 @@ impl QuotaSettings {
 pub struct QuotaLimits {
     /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
     #[schema(minimum = 0, maximum = 9007199254740992_i64)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub hourly_ceiling: Option<i64>,
     /// Cadence: sustained tokens per second (with `burst`).
     pub rate: Option<f64>,
@@ -121,12 +122,15 @@ pub struct QuotaLimits {
     pub adaptive: Option<bool>,
     /// In-flight places; a grant holds a lease on one.
     #[schema(minimum = 1, maximum = 10000)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub max_in_flight: Option<i32>,
     /// Headroom: percent of the ceiling open to priority-2 flows.
     #[schema(minimum = 0, maximum = 100)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub priority2_share: Option<i16>,
     /// Headroom: percent of the ceiling open to priority-3 flows.
     #[schema(minimum = 0, maximum = 100)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub priority3_share: Option<i16>,
 }
 
@@ -153,7 +157,7 @@ impl QuotaLimits {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaPatch {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
     #[schema(value_type = Option<i64>, nullable, minimum = 0, maximum = 9007199254740992_i64)]
     pub hourly_ceiling: Patch<i64>,
     #[serde(default)]
@@ -165,13 +169,13 @@ pub struct QuotaPatch {
     #[serde(default)]
     #[schema(value_type = Option<bool>, nullable)]
     pub adaptive: Patch<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
     #[schema(value_type = Option<i32>, nullable, minimum = 1, maximum = 10000)]
     pub max_in_flight: Patch<i32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 0, maximum = 100)]
     pub priority2_share: Patch<i16>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 0, maximum = 100)]
     pub priority3_share: Patch<i16>,
 }
@@ -242,16 +246,18 @@ impl FlowSettings {
 #[serde(deny_unknown_fields)]
 pub struct FlowBody {
     /// The quota the flow spends; it must exist unless `create_quota` is true.
-    #[schema(max_length = 128)]
+    #[schema(schema_with = crate::input::schema::name)]
     pub quota: String,
     /// Default `observe`.
     pub mode: Option<Mode>,
     /// 1 (most important) to 9; default 2.
     #[schema(minimum = 1, maximum = 9)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub priority: Option<i16>,
     /// Enforce mode only: share of over-ceiling decisions actually deferred
     /// (default 100 = all).
     #[schema(minimum = 1, maximum = 100)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub enforce_percent: Option<i16>,
     /// Create the quota (with the default ceiling) when it does not exist.
     #[serde(default)]
@@ -278,18 +284,18 @@ impl FlowBody {
 pub struct FlowPatch {
     /// Required to create the flow; it must exist unless `create_quota` is true.
     #[serde(default)]
-    #[schema(value_type = Option<String>, max_length = 128)]
+    #[schema(schema_with = crate::input::schema::name)]
     pub quota: Patch<String>,
     /// `null`: back to `observe`.
     #[serde(default)]
     #[schema(value_type = Option<Mode>, nullable)]
     pub mode: Patch<Mode>,
     /// `null`: back to 2.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 1, maximum = 9)]
     pub priority: Patch<i16>,
     /// `null`: all (100 %).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 1, maximum = 100)]
     pub enforce_percent: Patch<i16>,
     #[serde(default)]

@@ -1,6 +1,6 @@
 //! Admin API: quotas, flows and windows, behind the admin bearer token.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -8,7 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::{ApiError, Problem};
-use super::extract::{Admin, ApiJson, ApiQuery};
+use super::extract::{Admin, ApiJson, ApiPath, ApiQuery};
 use super::AppState;
 use crate::catalog::{validate_name, FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
 use crate::report::{self, Report};
@@ -46,11 +46,13 @@ pub struct WindowList {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WindowQuery {
     /// Only this quota.
     pub quota: Option<String>,
     /// Hours to look back, the current one included (default 24, at most 744).
+    #[param(minimum = 1, maximum = 744)]
     pub last: Option<i32>,
 }
 
@@ -83,7 +85,7 @@ async fn changed<T>(state: &AppState, answer: T) -> Result<T, ApiError> {
 pub async fn get_quota(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<Json<QuotaRow>, ApiError> {
     valid_name(&name, "quota name")?;
     let row = state.store.quota(&name).await?;
@@ -100,7 +102,7 @@ pub async fn get_quota(
 pub async fn put_quota(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<QuotaLimits>,
 ) -> Result<Json<QuotaRow>, ApiError> {
     valid_name(&name, "quota name")?;
@@ -121,7 +123,7 @@ pub async fn put_quota(
 pub async fn patch_quota(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(patch): ApiJson<QuotaPatch>,
 ) -> Result<Json<QuotaRow>, ApiError> {
     valid_name(&name, "quota name")?;
@@ -141,7 +143,7 @@ pub async fn patch_quota(
 pub async fn delete_quota(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     valid_name(&name, "quota name")?;
     state.store.delete_quota(ADMIN_ACTOR, &name).await?;
@@ -168,7 +170,7 @@ pub async fn list_quotas(
 pub async fn get_flow(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<Json<FlowRow>, ApiError> {
     valid_name(&name, "flow name")?;
     let row = state.store.flow(&name).await?;
@@ -186,7 +188,7 @@ pub async fn get_flow(
 pub async fn put_flow(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<FlowBody>,
 ) -> Result<Json<FlowRow>, ApiError> {
     valid_name(&name, "flow name")?;
@@ -211,7 +213,7 @@ pub async fn put_flow(
 pub async fn patch_flow(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(patch): ApiJson<FlowPatch>,
 ) -> Result<Json<FlowRow>, ApiError> {
     valid_name(&name, "flow name")?;
@@ -235,7 +237,7 @@ pub async fn patch_flow(
 pub async fn delete_flow(
     _: Admin,
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     valid_name(&name, "flow name")?;
     state.store.delete_flow(ADMIN_ACTOR, &name).await?;
@@ -256,7 +258,8 @@ pub async fn list_flows(
 
 /// Recent windows with count, ceiling and tallies by outcome, newest first.
 #[utoipa::path(get, path = "/v1/windows", tag = "admin", params(WindowQuery), security(("admin_token" = [])),
-    responses((status = 200, body = WindowList), (status = 401, body = Problem), (status = 422, body = Problem)))]
+    responses((status = 200, body = WindowList), (status = 401, body = Problem),
+        (status = 404, description = "No such quota", body = Problem), (status = 422, body = Problem)))]
 pub async fn list_windows(
     _: Admin,
     State(state): State<AppState>,
@@ -278,13 +281,15 @@ pub async fn list_windows(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReportQuery {
     /// Only flows of this quota.
     pub quota: Option<String>,
-    /// Period to look back, e.g. `7d`, `36h` (default 7d).
+    /// Period to look back, e.g. `7d`, `36h` (default 7d), from 1 hour to 366 days.
     pub since: Option<String>,
     /// What-if: recompute as if the ceiling were this value.
+    #[param(minimum = 0, maximum = 9007199254740992_i64)]
     pub ceiling: Option<i64>,
 }
 
@@ -297,11 +302,18 @@ pub async fn observe_report(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ReportQuery>,
 ) -> Result<Json<Report>, ApiError> {
-    let since =
-        report::parse_since(query.since.as_deref().unwrap_or("7d")).map_err(ApiError::Invalid)?;
+    let since = query.since.as_deref().unwrap_or("7d");
+    crate::input::text(since).map_err(|why| ApiError::Invalid(format!("`since` {why}")))?;
+    let since = report::parse_since(since).map_err(ApiError::Invalid)?;
     known_quota(&state, query.quota.as_deref()).await?;
-    if query.ceiling.is_some_and(|c| c < 0) {
-        return Err(ApiError::Invalid("`ceiling` must be 0 or more".into()));
+    if query
+        .ceiling
+        .is_some_and(|c| !(0..=crate::catalog::MAX_CEILING).contains(&c))
+    {
+        return Err(ApiError::Invalid(format!(
+            "`ceiling` must be between 0 and {}",
+            crate::catalog::MAX_CEILING
+        )));
     }
     let report = report::observe_report(
         &state.store,

@@ -17,19 +17,23 @@ use crate::decision::{Decision, SlotRequest, MAX_COUNT, MAX_REF_LEN};
 /// The body of the largest batch the route accepts, so that the documented
 /// maximum always fits (the rest of the API keeps the general limit): every
 /// item at its longest, with every character of its `ref` and `flow` in the
-/// longest form JSON can write it (`\u002f`), pretty-printed.
+/// longest form JSON can write it (`\u002f`, or a pair of escaped
+/// surrogates), pretty-printed.
 pub const MAX_BATCH_BODY_BYTES: usize =
     BATCH_ENVELOPE_BYTES + MAX_BATCH_ITEMS * (MAX_BATCH_ITEM_BYTES + ",".len());
 
-/// `\u00XX`: six bytes for one character.
+/// `\u00XX`: six bytes for one character of a name (ASCII).
 const ESCAPED_CHAR_BYTES: usize = "\\u0000".len();
+/// A `ref` counts characters, and one beyond the BMP is written as an
+/// escaped UTF-16 pair: twelve bytes.
+const ESCAPED_REF_CHAR_BYTES: usize = "\\ud83d\\ude00".len();
 /// The longest RFC 3339 time: nanoseconds and an offset.
 const MAX_DEADLINE_BYTES: usize = "0000-00-00T00:00:00.000000000+00:00".len();
 /// Pretty-printing: a line break and up to 8 spaces of indentation on each
 /// of an item's 6 lines (braces and 4 fields), and a space after each colon.
 const PRETTY_ITEM_BYTES: usize = 6 * ("\n".len() + 8) + 4;
 const MAX_BATCH_ITEM_BYTES: usize = r#"{"ref":"","flow":"","count":,"deadline":""}"#.len()
-    + MAX_REF_LEN * ESCAPED_CHAR_BYTES
+    + MAX_REF_LEN * ESCAPED_REF_CHAR_BYTES
     + MAX_NAME_LEN * ESCAPED_CHAR_BYTES
     + decimal_digits(MAX_COUNT)
     + MAX_DEADLINE_BYTES

@@ -35,6 +35,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// store out of reach is a 503 page that says so and keeps reloading.
 #[utoipa::path(get, path = "/", tag = "ops",
     responses((status = 200, description = "HTML dashboard", content_type = "text/html"),
+        (status = 500, description = "A store error other than an outage", body = super::error::Problem,
+         content_type = "application/problem+json"),
         (status = 503, description = "HTML page with an outage banner: the store cannot be reached",
          content_type = "text/html")))]
 pub async fn dashboard(State(state): State<AppState>) -> Response {

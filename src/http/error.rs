@@ -17,8 +17,12 @@ const PROBLEM_BASE: &str = "https://quota-arbiter.dev/problems/";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The body is not JSON (or not readable).
     #[error("{0}")]
-    BadRequest(String),
+    MalformedJson(String),
+    /// A path parameter does not parse.
+    #[error("{0}")]
+    BadPath(String),
     #[error("{0}")]
     Invalid(String),
     #[error("{0}")]
@@ -49,6 +53,9 @@ pub struct Problem {
     pub title: String,
     pub status: u16,
     pub detail: String,
+    /// A 500 only: the request id its cause is logged under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// The cause of a 500 or 503, handed to the logging middleware so it is logged
@@ -59,9 +66,10 @@ pub struct FailureCause(pub Arc<str>);
 impl ApiError {
     fn class(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
-            ApiError::BadRequest(_) => {
-                (StatusCode::BAD_REQUEST, "bad-request", "Malformed request")
+            ApiError::MalformedJson(_) => {
+                (StatusCode::BAD_REQUEST, "malformed-json", "Malformed JSON")
             }
+            ApiError::BadPath(_) => (StatusCode::BAD_REQUEST, "bad-path", "Malformed path"),
             ApiError::Invalid(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid-request",
@@ -78,11 +86,7 @@ impl ApiError {
                 "Request body too large",
             ),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-            ApiError::AdminDisabled => (
-                StatusCode::FORBIDDEN,
-                "admin-disabled",
-                "Admin API disabled",
-            ),
+            ApiError::AdminDisabled => (StatusCode::FORBIDDEN, "forbidden", "Admin API disabled"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             ApiError::MethodNotAllowed => (
@@ -106,6 +110,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.render(None)
+    }
+}
+
+impl ApiError {
+    /// The problem document; a 500's names the request id its cause is
+    /// logged under (the logging middleware knows it, the handler does not).
+    pub(super) fn render(self, request_id: Option<String>) -> Response {
         let (status, slug, title) = self.class();
         let (detail, cause) = match &self {
             ApiError::StoreUnavailable(cause) => (
@@ -121,6 +133,7 @@ impl IntoResponse for ApiError {
             title: title.to_string(),
             status: status.as_u16(),
             detail,
+            request_id: request_id.filter(|_| status == StatusCode::INTERNAL_SERVER_ERROR),
         };
         let mut response = (status, axum::Json(problem)).into_response();
         let headers = response.headers_mut();
@@ -181,12 +194,20 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
             JsonRejection::JsonDataError(e) => ApiError::Invalid(e.body_text()),
-            JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest(e.body_text()),
+            JsonRejection::JsonSyntaxError(e)
+                if crate::input::is_lone_surrogate(&e.body_text()) =>
+            {
+                ApiError::Invalid(format!(
+                    "a string holds half of a UTF-16 surrogate pair, which names no character: {}",
+                    e.body_text()
+                ))
+            }
+            JsonRejection::JsonSyntaxError(e) => ApiError::MalformedJson(e.body_text()),
             JsonRejection::MissingJsonContentType(e) => {
                 ApiError::UnsupportedMediaType(e.body_text())
             }
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
-            other => ApiError::BadRequest(other.body_text()),
+            other => ApiError::MalformedJson(other.body_text()),
         }
     }
 }
@@ -199,6 +220,6 @@ impl From<QueryRejection> for ApiError {
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::BadRequest(rejection.body_text())
+        ApiError::BadPath(rejection.body_text())
     }
 }

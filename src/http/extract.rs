@@ -1,27 +1,84 @@
 //! Extractors whose rejections use our problem+json format, and the admin guard.
 
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{header, request::Parts};
+use axum::http::{header, request::Parts, HeaderMap, StatusCode};
 use chrono::{DateTime, Utc};
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::AppState;
 
-/// `axum::Json`, but a bad body becomes an [`ApiError`].
+/// `axum::Json`, but a bad body becomes an [`ApiError`], and every body is
+/// a JSON object: serde would take a struct written as an array (`[1, 2]`).
 pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = axum::extract::rejection::JsonRejection>,
+    T: DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
+        if !json_content_type(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType(
+                "Expected request with `Content-Type: application/json`".into(),
+            ));
+        }
+        let body = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge
+            } else {
+                ApiError::MalformedJson(rejection.body_text())
+            }
+        })?;
+        let opens_an_object = body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|&b| b == b'{');
+        if !opens_an_object && serde_json::from_slice::<IgnoredAny>(&body).is_ok() {
+            return Err(ApiError::Invalid("the body must be a JSON object".into()));
+        }
+        let axum::Json(value) = axum::Json::<T>::from_bytes(&body)?;
         Ok(ApiJson(value))
+    }
+}
+
+/// `application/json`, or a `+json` type such as `application/merge-patch+json`.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// `axum::extract::Path`, with problem+json rejections.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(value) =
+            axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(ApiPath(value))
     }
 }
 

@@ -38,14 +38,22 @@ fn multiplier(status: u16) -> Option<f64> {
 #[serde(deny_unknown_fields)]
 pub struct FeedbackBody {
     /// The flow that emitted: its quota's cadence adapts. Or name the `quota`.
+    #[schema(schema_with = crate::input::schema::optional_name)]
     pub flow: Option<String>,
+    #[schema(schema_with = crate::input::schema::optional_name)]
     pub quota: Option<String>,
     /// The upstream's HTTP status; 0 when the call timed out.
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[schema(minimum = 0, maximum = 599)]
     pub status: Option<u16>,
     /// How long the emission took; with `lease_id`, this feeds the flow's
     /// average hold time (else the time the lease was held does).
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[schema(minimum = 0, maximum = 3600000)]
     pub duration_ms: Option<u64>,
     /// The lease of the grant, to free its in-flight place.
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[schema(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
     pub lease_id: Option<i64>,
 }
 

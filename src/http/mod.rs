@@ -2,6 +2,7 @@
 
 mod admin;
 mod batch;
+mod contract;
 mod dashboard;
 pub mod error;
 mod extract;
@@ -87,7 +88,7 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
         )),
         None => routes,
     };
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (routes, mut spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(reserve::router())
         .merge(batch::router())
         .merge(work::router())
@@ -95,7 +96,9 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
         .merge(ops::router())
         .merge(dashboard::router())
         .merge(bounded(feedback::router()))
-        .split_for_parts()
+        .split_for_parts();
+    contract::complete(&mut spec);
+    (routes, spec)
 }
 
 /// The OpenAPI document, derived from the same routes the server mounts.
@@ -154,13 +157,27 @@ fn request_span(request: &Request) -> tracing::Span {
 /// Logs the cause of a 5xx once, inside the request span; the caller only ever
 /// sees the opaque problem document.
 async fn log_failures(request: Request, next: Next) -> Response {
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let response = next.run(request).await;
-    if let Some(FailureCause(cause)) = response.extensions().get::<FailureCause>() {
-        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
-            tracing::warn!(cause = %cause, "store unavailable");
-        } else {
-            tracing::error!(cause = %cause, "request failed");
-        }
+    let Some(FailureCause(cause)) = response.extensions().get::<FailureCause>().cloned() else {
+        return response;
+    };
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        tracing::warn!(cause = %cause, "store unavailable");
+        return response;
+    }
+    tracing::error!(cause = %cause, "request failed");
+    let is_problem = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v == error::PROBLEM_JSON);
+    if response.status() == StatusCode::INTERNAL_SERVER_ERROR && is_problem {
+        // The caller gets the id to quote, never the cause.
+        return ApiError::Internal(anyhow::anyhow!("{cause}")).render(request_id);
     }
     response
 }

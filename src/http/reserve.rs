@@ -17,17 +17,18 @@ use crate::decision::{Decision, SlotRequest};
 #[serde(deny_unknown_fields)]
 pub struct ReserveBody {
     /// The flow that spends the quota.
-    #[schema(example = "invoice", max_length = 128)]
+    #[schema(schema_with = crate::input::schema::name)]
     pub flow: String,
     /// Slots to reserve, all or nothing (default 1).
     #[schema(minimum = 1, maximum = 10000)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub count: Option<i64>,
     /// Work due within the bypass horizon (or already past) is granted as `bypassed`.
     #[serde(default, deserialize_with = "super::extract::optional_timestamp")]
     pub deadline: Option<DateTime<Utc>>,
     /// The caller's reference, echoed in logs.
     #[serde(rename = "ref")]
-    #[schema(max_length = 256)]
+    #[schema(schema_with = crate::input::schema::optional_reference)]
     pub reference: Option<String>,
 }
 

@@ -1,7 +1,7 @@
 //! The pending-work registry: enqueue, claim (a lease), done, release.
 //! Workers are not admins: like `/v1/reserve`, these need no token.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::Json;
 use chrono::{DateTime, Datelike, Utc};
@@ -10,16 +10,12 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::{ApiError, Problem};
-use super::extract::ApiJson;
+use super::extract::{ApiJson, ApiPath};
 use super::AppState;
 use crate::arbiter::{Claim, ClaimRequest, MAX_CLAIM};
-use crate::catalog::validate_name;
-use crate::decision::MAX_REF_LEN;
+use crate::input;
 use crate::store::work::{Finish, RetryDelay};
 use crate::store::{NewWork, WorkItem};
-
-/// Largest payload, serialized: a reference to the work, not the work itself.
-pub const MAX_PAYLOAD_BYTES: usize = 8 * 1024;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -33,30 +29,33 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnqueueBody {
-    #[schema(example = "invoice", max_length = 128)]
+    #[schema(schema_with = crate::input::schema::name)]
     pub flow: String,
     pub deadline: Option<DateTime<Utc>>,
     /// 1 (most important) to 9; default: the flow's priority.
     #[schema(minimum = 1, maximum = 9)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub priority: Option<i16>,
     /// What the worker needs to do the work (at most 8 KiB of JSON).
-    #[schema(value_type = Object)]
+    #[schema(schema_with = crate::input::schema::payload)]
     pub payload: serde_json::Value,
     /// Idempotency key: the same ref is the same item.
     #[serde(rename = "ref")]
-    #[schema(max_length = 256)]
+    #[schema(schema_with = crate::input::schema::optional_reference)]
     pub reference: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimBody {
-    #[schema(example = "w-3", max_length = 128)]
+    #[schema(schema_with = crate::input::schema::name)]
     pub worker: String,
     /// Only these flows (default: every flow).
+    #[schema(schema_with = crate::input::schema::optional_names)]
     pub flows: Option<Vec<String>>,
     /// Most items to lease (default 1, at most 100).
     #[schema(minimum = 1, maximum = 100)]
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub max: Option<i64>,
 }
 
@@ -64,6 +63,7 @@ pub struct ClaimBody {
 #[serde(deny_unknown_fields)]
 pub struct LeaseBody {
     /// The worker that holds the claim.
+    #[schema(schema_with = crate::input::schema::name)]
     pub worker: String,
 }
 
@@ -76,9 +76,10 @@ pub struct LeaseBody {
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
     /// The worker that holds the claim.
+    #[schema(schema_with = crate::input::schema::name)]
     pub worker: String,
     /// Claimable again after this long: a duration like `30s`, `5m`, `1h 30m`.
-    #[schema(example = "30s")]
+    #[schema(schema_with = crate::input::schema::optional_duration)]
     pub retry_in: Option<String>,
     /// Claimable again at this time (RFC 3339 with a zone); a time past means now.
     pub retry_at: Option<DateTime<Utc>>,
@@ -90,12 +91,16 @@ impl ReleaseBody {
             (Some(_), Some(_)) => Err(ApiError::Invalid(
                 "give `retry_in` or `retry_at`, not both".into(),
             )),
-            (Some(text), None) => humantime::parse_duration(text)
-                .map(RetryDelay::After)
-                .map_err(|e| {
-                    ApiError::Invalid(format!(
-                        "`retry_in`: `{text}` is not a duration like 30s or 5m: {e}"
-                    ))
+            (Some(text), None) => input::text(text)
+                .map_err(invalid("`retry_in`"))
+                .and_then(|()| {
+                    humantime::parse_duration(text)
+                        .map(RetryDelay::After)
+                        .map_err(|e| {
+                            ApiError::Invalid(format!(
+                                "`retry_in`: `{text}` is not a duration like 30s or 5m: {e}"
+                            ))
+                        })
                 }),
             (None, Some(at)) => Ok(RetryDelay::At(rfc3339_time("retry_at", at)?)),
             (None, None) => Ok(RetryDelay::Backoff),
@@ -126,27 +131,19 @@ pub async fn enqueue(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<EnqueueBody>,
 ) -> Result<(StatusCode, Json<WorkItem>), ApiError> {
-    validate_name(&body.flow).map_err(invalid("`flow`"))?;
+    input::name(&body.flow).map_err(invalid("`flow`"))?;
     if body.priority.is_some_and(|p| !(1..=9).contains(&p)) {
         return Err(ApiError::Invalid(
             "`priority` must be between 1 and 9".into(),
         ));
     }
-    if let Some(r) = &body.reference {
-        if r.is_empty() || r.len() > MAX_REF_LEN {
-            return Err(ApiError::Invalid(format!(
-                "`ref` must be 1 to {MAX_REF_LEN} characters"
-            )));
-        }
+    if let Some(reference) = &body.reference {
+        input::reference(reference).map_err(invalid("`ref`"))?;
     }
     if let Some(deadline) = body.deadline {
         rfc3339_time("deadline", deadline)?;
     }
-    if body.payload.to_string().len() > MAX_PAYLOAD_BYTES {
-        return Err(ApiError::Invalid(format!(
-            "`payload` must be at most {MAX_PAYLOAD_BYTES} bytes"
-        )));
-    }
+    input::payload(&body.payload).map_err(invalid("`payload`"))?;
     let work = NewWork {
         flow: body.flow,
         reference: body.reference,
@@ -173,9 +170,9 @@ pub async fn claim(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<(HeaderMap, Json<Claim>), ApiError> {
-    validate_name(&body.worker).map_err(invalid("`worker`"))?;
+    input::name(&body.worker).map_err(invalid("`worker`"))?;
     for flow in body.flows.iter().flatten() {
-        validate_name(flow).map_err(invalid("`flows` entry"))?;
+        input::name(flow).map_err(invalid("`flows` entry"))?;
     }
     let max = body.max.unwrap_or(1);
     if !(1..=MAX_CLAIM).contains(&max) {
@@ -203,7 +200,7 @@ pub async fn claim(
     responses((status = 200, body = WorkItem), (status = 404, body = Problem)))]
 pub async fn get_item(
     State(state): State<AppState>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<WorkItem>, ApiError> {
     state
         .arbiter
@@ -222,7 +219,7 @@ pub async fn get_item(
          body = Problem)))]
 pub async fn done(
     State(state): State<AppState>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<LeaseBody>,
 ) -> Result<Json<WorkItem>, ApiError> {
     finish(&state, id, &body.worker, Finish::Done).await
@@ -238,7 +235,7 @@ pub async fn done(
         (status = 422, description = "Both `retry_in` and `retry_at`, or a bad duration", body = Problem)))]
 pub async fn release(
     State(state): State<AppState>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<ReleaseBody>,
 ) -> Result<Json<WorkItem>, ApiError> {
     let delay = body.retry_delay()?;
@@ -251,6 +248,7 @@ async fn finish(
     worker: &str,
     how: Finish,
 ) -> Result<Json<WorkItem>, ApiError> {
+    input::name(worker).map_err(invalid("`worker`"))?;
     if let Some(item) = state.arbiter.finish_work(id, worker, how).await? {
         return Ok(Json(item));
     }

@@ -47,10 +47,7 @@ async fn without_a_configured_token_admin_is_refused_clearly(pool: PgPool) {
     let response = app.admin(Method::GET, "/v1/flows").send().await.unwrap();
     assert_eq!(response.status(), 403);
     let problem: Value = response.json().await.unwrap();
-    assert!(problem["type"]
-        .as_str()
-        .unwrap()
-        .ends_with("/admin-disabled"));
+    assert!(problem["type"].as_str().unwrap().ends_with("/forbidden"));
     assert!(problem["detail"]
         .as_str()
         .unwrap()

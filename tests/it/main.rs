@@ -8,6 +8,7 @@ mod config;
 mod dashboard;
 mod helpers;
 mod history;
+mod input;
 mod metrics;
 mod openapi;
 mod operate;

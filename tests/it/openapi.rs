@@ -2,6 +2,7 @@
 //! operation must answer on the live server (never 404/405).
 
 use reqwest::Method;
+use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::TestApp;
@@ -67,6 +68,48 @@ async fn every_documented_operation_is_served(pool: PgPool) {
             assert!(
                 status != 405 && !(status == 404 && body.contains("no such resource")),
                 "{method} {path} answered {status}: {body}"
+            );
+        }
+    }
+}
+
+/// Every failure of the JSON API is documented as what it is: a problem
+/// document, with `Retry-After` on a 503; what a shared extractor can answer
+/// is documented on every operation that uses it.
+#[test]
+fn every_failure_is_documented_as_a_problem() {
+    let spec = serde_json::to_value(quota_arbiter::http::openapi()).unwrap();
+    let problem = json!({"$ref": "#/components/schemas/Problem"});
+    for (path, operations) in spec["paths"].as_object().unwrap() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        for (method, operation) in operations.as_object().unwrap() {
+            let responses = operation["responses"].as_object().unwrap();
+            let mut expected = vec!["500", "503"];
+            if operation.get("requestBody").is_some() {
+                expected.extend(["400", "413", "415", "422"]);
+            }
+            if operation.get("security").is_some() {
+                expected.extend(["401", "403"]);
+            }
+            for status in expected {
+                assert!(responses.contains_key(status), "{method} {path}: {status}");
+            }
+            for (status, response) in responses {
+                if !status.starts_with(['4', '5']) {
+                    continue;
+                }
+                let content = response["content"].as_object().unwrap();
+                assert_eq!(content.len(), 1, "{method} {path} {status}");
+                assert_eq!(
+                    content["application/problem+json"]["schema"], problem,
+                    "{method} {path} {status}"
+                );
+            }
+            assert!(
+                responses["503"]["headers"].get("Retry-After").is_some(),
+                "{method} {path}: 503 says when to retry"
             );
         }
     }

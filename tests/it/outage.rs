@@ -505,11 +505,19 @@ async fn a_statement_the_store_rejects_is_a_500_never_store_unavailable(pool: Pg
             .unwrap();
         assert_eq!(response.status(), 500, "{path}");
         assert!(!response.headers().contains_key("retry-after"), "{path}");
-        assert!(response.headers().contains_key("x-request-id"), "{path}");
+        let request_id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         let problem: Value = response.json().await.unwrap();
         assert!(
             problem["type"].as_str().unwrap().ends_with("/internal"),
             "{path}: {problem}"
+        );
+        assert_eq!(
+            problem["request_id"],
+            request_id.as_str(),
+            "{path}: the id to quote"
         );
         assert!(
             !problem.to_string().contains("rejected by the test"),

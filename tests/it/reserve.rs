@@ -291,6 +291,23 @@ async fn bad_input_gets_a_4xx_problem_never_a_500(pool: PgPool) {
         assert!(status.is_client_error(), "{name}: got {status}");
         assert_problem(response, name).await;
     }
+    let malformed = app
+        .client
+        .post(format!("{}/v1/reserve", app.base))
+        .header("content-type", "application/json")
+        .body("{\"flow\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), 400);
+    let problem: serde_json::Value = malformed.json().await.unwrap();
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("/malformed-json"),
+        "{problem}"
+    );
     let no_content_type = app
         .client
         .post(format!("{}/v1/reserve", app.base))

@@ -1,0 +1,198 @@
+//! The OpenAPI document is the contract: the answers every operation can
+//! give whatever its handler (a bad body, a missing token, a store out of
+//! reach, a bug) are written here once, from what the shared extractors and
+//! [`ApiError`](super::error::ApiError) do, rather than on each handler.
+
+use serde_json::json;
+use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
+use utoipa::openapi::schema::{
+    AllOfBuilder, KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type,
+};
+use utoipa::openapi::{
+    ContentBuilder, HeaderBuilder, OpenApi, Ref, RefOr, ResponseBuilder, Schema,
+};
+
+use super::error::PROBLEM_JSON;
+use crate::input;
+
+/// Completes every operation of the document.
+pub fn complete(openapi: &mut OpenApi) {
+    refine_bodies(openapi);
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        let api = path.starts_with("/v1/");
+        for operation in operations(item) {
+            constrain_parameters(operation);
+            if api {
+                document_failures(operation);
+            }
+        }
+    }
+}
+
+/// The rules between fields of one body that a struct's fields alone cannot
+/// say, written as JSON Schema beside the struct's own schema. `null` and a
+/// field left out mean the same to the server, so "absent" is `type: null`.
+fn refine_bodies(openapi: &mut OpenApi) {
+    let components = openapi.components.get_or_insert_with(Default::default);
+    components
+        .schemas
+        .insert("Payload".into(), input::schema::payload_component().into());
+    let absent = json!({"type": "null"});
+    let rules = [
+        (
+            "QuotaLimits",
+            vec![input::schema::any_of([
+                json!({"type": "object", "required": ["rate", "burst"], "properties": {
+                    "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": crate::catalog::MAX_RATE},
+                    "burst": {"type": "number", "minimum": 1, "maximum": crate::catalog::MAX_BURST}}}),
+                json!({"type": "object", "properties": {"rate": absent, "burst": absent}}),
+            ])],
+        ),
+        (
+            "FlowBody",
+            vec![input::schema::any_of([
+                json!({"type": "object", "properties": {"enforce_percent": absent}}),
+                json!({"type": "object", "required": ["mode"], "properties": {"mode": {"type": "string", "enum": ["enforce"]}}}),
+            ])],
+        ),
+        (
+            "ReleaseBody",
+            vec![input::schema::any_of([
+                json!({"type": "object", "properties": {"retry_in": absent}}),
+                json!({"type": "object", "properties": {"retry_at": absent}}),
+            ])],
+        ),
+        (
+            "FeedbackBody",
+            vec![
+                input::schema::any_of([
+                    json!({"type": "object", "required": ["flow"], "properties": {"flow": {"type": "string"}, "quota": absent}}),
+                    json!({"type": "object", "required": ["quota"], "properties": {"quota": {"type": "string"}, "flow": absent}}),
+                ]),
+                input::schema::any_of([
+                    json!({"type": "object", "required": ["status"], "properties": {"status": {"type": "integer"}}}),
+                    json!({"type": "object", "required": ["lease_id"], "properties": {"lease_id": {"type": "integer"}}}),
+                ]),
+                input::schema::any_of([
+                    json!({"type": "object", "properties": {"status": {"type": ["integer", "null"], "minimum": 100}}}),
+                    json!({"type": "object", "properties": {"status": {"type": "integer", "enum": [0]}}}),
+                ]),
+            ],
+        ),
+    ];
+    for (name, rules) in rules {
+        let Some(own) = components.schemas.remove(name) else {
+            continue;
+        };
+        let all = rules
+            .into_iter()
+            .fold(AllOfBuilder::new().item(own), |all, rule| all.item(rule));
+        components
+            .schemas
+            .insert(name.into(), Schema::from(all.build()).into());
+    }
+}
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// Path and query parameters carry the rule of their kind of field.
+fn constrain_parameters(operation: &mut Operation) {
+    for parameter in operation.parameters.iter_mut().flatten() {
+        let schema: Schema = match (parameter.name.as_str(), &parameter.parameter_in) {
+            ("name" | "quota", _) => input::schema::name(),
+            ("since", ParameterIn::Query) => input::schema::duration(),
+            ("id", ParameterIn::Path) => ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::Integer))
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                .minimum(Some(i64::MIN))
+                .maximum(Some(i64::MAX))
+                .into(),
+            _ => continue,
+        };
+        parameter.schema = Some(schema.into());
+    }
+}
+
+/// Every failure of the JSON API is a problem document; the ones any
+/// operation of its shape can answer are added where the handler's own
+/// annotation did not name them.
+fn document_failures(operation: &mut Operation) {
+    let mut failures: Vec<(&str, &str)> = vec![
+        ("500", "Internal error; the cause is logged with the request id"),
+        (
+            "503",
+            "The quota store could not be reached in time; nothing was done, try again after Retry-After",
+        ),
+    ];
+    if operation.request_body.is_some() {
+        failures.extend([
+            ("400", "The body is not JSON"),
+            ("413", "The body is too large"),
+            ("415", "The body is not application/json"),
+            ("422", "A field breaks its rule; the detail names it"),
+        ]);
+    }
+    let parameters = operation.parameters.as_deref().unwrap_or_default();
+    if parameters
+        .iter()
+        .any(|p| matches!(p.parameter_in, ParameterIn::Path))
+    {
+        failures.push(("400", "A path parameter is not of its type"));
+    }
+    if !parameters.is_empty() {
+        failures.push(("422", "A parameter breaks its rule; the detail names it"));
+    }
+    if operation.security.is_some() {
+        failures.extend([
+            ("401", "Missing or wrong admin bearer token"),
+            ("403", "The admin API is disabled (no QUOTA_ADMIN_TOKEN)"),
+        ]);
+    }
+    let responses = &mut operation.responses.responses;
+    for (status, description) in failures {
+        responses.entry(status.to_string()).or_insert_with(|| {
+            ResponseBuilder::new()
+                .description(description)
+                .build()
+                .into()
+        });
+    }
+    for (status, response) in responses.iter_mut() {
+        let RefOr::T(response) = response else {
+            continue;
+        };
+        if !status.starts_with(['4', '5']) {
+            continue;
+        }
+        response.content.clear();
+        response.content.insert(
+            PROBLEM_JSON.to_string(),
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        );
+        if status == "503" {
+            let seconds: Schema = ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::Integer))
+                .minimum(Some(0))
+                .into();
+            response.headers.insert(
+                "Retry-After".to_string(),
+                HeaderBuilder::new()
+                    .schema(seconds)
+                    .description(Some("Seconds to wait before asking again"))
+                    .build(),
+            );
+        }
+    }
+}

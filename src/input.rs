@@ -1,0 +1,412 @@
+//! What a caller may write in each kind of field, checked at the edge before
+//! anything reaches the store or a log line: one rule per kind of field.
+//! PostgreSQL `text` and `jsonb` cannot hold U+0000, and control characters
+//! in names, refs and worker ids would forge log lines and metric labels.
+//! Lengths count characters (Unicode scalar values), as JSON Schema's
+//! `maxLength` does, so that the OpenAPI document and the server agree.
+
+use serde_json::Value;
+
+/// Longest name of a quota, a flow or a worker.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest caller's reference (`ref`).
+pub const MAX_REF_LEN: usize = 256;
+/// Longest free text a caller may write (durations, periods).
+pub const MAX_TEXT_LEN: usize = 64;
+/// Largest work payload, serialized: a reference to the work, not the work itself.
+pub const MAX_PAYLOAD_BYTES: usize = 8 * 1024;
+/// Largest magnitude of a number in a payload: `jsonb` keeps the decimal
+/// digits, and near `f64::MAX` they no longer read back as a double.
+pub const MAX_PAYLOAD_NUMBER: f64 = 1e300;
+
+/// The names' alphabet, as the OpenAPI document writes it.
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:/-]*$";
+/// What `humantime` reads as a duration, without spaces inside a term
+/// (and `0`, which needs no unit).
+pub const DURATION_PATTERN: &str = "^0$|^([0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y) ?)*[0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)$";
+/// Printable text: no C0 or C1 control character, DEL included.
+pub const PRINTABLE_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+
+/// Names of quotas and flows, and worker ids, end up in URLs, metric labels
+/// and log lines, so they are kept to a small, printable alphabet (the
+/// tables check the same).
+pub fn name(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if value.chars().count() > MAX_NAME_LEN {
+        return Err(format!("must be at most {MAX_NAME_LEN} characters"));
+    }
+    let mut chars = value.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || "._:/-".contains(c));
+    if !(first_ok && rest_ok) {
+        return Err(
+            "must start with a letter or digit and use only letters, digits and . _ : / -".into(),
+        );
+    }
+    Ok(())
+}
+
+/// A caller's reference: any printable text, echoed in answers and logs.
+pub fn reference(value: &str) -> Result<(), String> {
+    let length = value.chars().count();
+    if !(1..=MAX_REF_LEN).contains(&length) {
+        return Err(format!("must be 1 to {MAX_REF_LEN} characters"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err("must not hold control characters".into());
+    }
+    Ok(())
+}
+
+/// Free text that is parsed (a duration, a period): short, and no NUL.
+pub fn text(value: &str) -> Result<(), String> {
+    if value.chars().count() > MAX_TEXT_LEN {
+        return Err(format!("must be at most {MAX_TEXT_LEN} characters"));
+    }
+    if value.contains('\0') {
+        return Err("must not hold a NUL character".into());
+    }
+    Ok(())
+}
+
+/// A work payload: any JSON the store can hold, at most [`MAX_PAYLOAD_BYTES`].
+pub fn payload(value: &Value) -> Result<(), String> {
+    if value.to_string().len() > MAX_PAYLOAD_BYTES {
+        return Err(format!("must be at most {MAX_PAYLOAD_BYTES} bytes of JSON"));
+    }
+    if holds_nul(value) {
+        return Err("must not hold a NUL character (\\u0000), in a key or a string".into());
+    }
+    if holds_huge_number(value) {
+        return Err(format!(
+            "must not hold a number beyond ±{MAX_PAYLOAD_NUMBER:e}"
+        ));
+    }
+    Ok(())
+}
+
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(fields) => fields
+            .iter()
+            .any(|(key, value)| key.contains('\0') || holds_nul(value)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+fn holds_huge_number(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.as_f64().is_some_and(|n| n.abs() > MAX_PAYLOAD_NUMBER),
+        Value::Array(items) => items.iter().any(holds_huge_number),
+        Value::Object(fields) => fields.values().any(holds_huge_number),
+        Value::Null | Value::Bool(_) | Value::String(_) => false,
+    }
+}
+
+/// A JSON string that escapes half of a UTF-16 surrogate pair (`"\ud800"`)
+/// is well-formed JSON that names no character: serde_json refuses it while
+/// parsing, with one of these messages. It is bad input (422), not a
+/// malformed document (400).
+pub fn is_lone_surrogate(parse_error: &str) -> bool {
+    [
+        "lone leading surrogate",
+        "unexpected end of hex escape",
+        "invalid unicode code point",
+    ]
+    .iter()
+    .any(|message| parse_error.contains(message))
+}
+
+/// How the OpenAPI document writes these rules (for `schema_with`), so that
+/// the document and the server agree in both directions.
+pub mod schema {
+    use serde_json::json;
+    use utoipa::openapi::schema::{
+        AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type,
+    };
+    use utoipa::openapi::{Ref, RefOr};
+
+    use super::{
+        DURATION_PATTERN, MAX_NAME_LEN, MAX_PAYLOAD_NUMBER, MAX_REF_LEN, MAX_TEXT_LEN,
+        NAME_PATTERN, PRINTABLE_PATTERN,
+    };
+
+    fn string(min: usize, max: usize, pattern: Option<&str>, nullable: bool) -> Schema {
+        let kind = if nullable {
+            SchemaType::from_iter([Type::String, Type::Null])
+        } else {
+            SchemaType::Type(Type::String)
+        };
+        ObjectBuilder::new()
+            .schema_type(kind)
+            .min_length(Some(min))
+            .max_length(Some(max))
+            .pattern(pattern)
+            .into()
+    }
+
+    pub fn name() -> Schema {
+        string(1, MAX_NAME_LEN, Some(NAME_PATTERN), false)
+    }
+
+    pub fn optional_name() -> Schema {
+        string(1, MAX_NAME_LEN, Some(NAME_PATTERN), true)
+    }
+
+    pub fn optional_names() -> Schema {
+        let items: RefOr<Schema> = name().into();
+        ArrayBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+            .items(items)
+            .into()
+    }
+
+    pub fn optional_reference() -> Schema {
+        string(1, MAX_REF_LEN, Some(PRINTABLE_PATTERN), true)
+    }
+
+    /// A duration as `humantime` reads it: `30s`, `5m`, `1h 30m`.
+    pub fn duration() -> Schema {
+        string(1, MAX_TEXT_LEN, Some(DURATION_PATTERN), false)
+    }
+
+    pub fn optional_duration() -> Schema {
+        string(1, MAX_TEXT_LEN, Some(DURATION_PATTERN), true)
+    }
+
+    /// A work payload: the `Payload` component, which refers to itself.
+    pub fn payload() -> RefOr<Schema> {
+        Ref::from_schema_name("Payload").into()
+    }
+
+    /// Any JSON the store can hold: no NUL in a key or a string, numbers
+    /// within ±[`MAX_PAYLOAD_NUMBER`]. At most 8 KiB serialized, which a
+    /// schema cannot say.
+    pub fn payload_component() -> Schema {
+        let no_nul = "^[^\\u0000]*$";
+        let mut schema = any_of([
+            json!({"type": "null"}),
+            json!({"type": "boolean"}),
+            json!({"type": "number", "minimum": -MAX_PAYLOAD_NUMBER, "maximum": MAX_PAYLOAD_NUMBER}),
+            json!({"type": "string", "pattern": no_nul}),
+            json!({"type": "array", "items": {"$ref": "#/components/schemas/Payload"}}),
+            json!({"type": "object", "propertyNames": {"type": "string", "pattern": no_nul},
+                   "additionalProperties": {"$ref": "#/components/schemas/Payload"}}),
+        ]);
+        if let Schema::AnyOf(any) = &mut schema {
+            any.description = Some(
+                "Any JSON value the store can hold: no NUL character (\\u0000) in a key or a \
+                 string, numbers within ±1e300, at most 8 KiB serialized"
+                    .into(),
+            );
+        }
+        schema
+    }
+
+    /// A schema that holds when one of `alternatives` does (each a plain
+    /// schema as JSON, with a `type`: utoipa's untagged `Schema` reads back
+    /// neither `anyOf` nor a schema without one, and writes `const` as `enum`).
+    pub fn any_of(alternatives: impl IntoIterator<Item = serde_json::Value>) -> Schema {
+        alternatives
+            .into_iter()
+            .fold(AnyOfBuilder::new(), |any, alternative| {
+                let alternative: Schema =
+                    serde_json::from_value(alternative).expect("a plain schema");
+                any.item(alternative)
+            })
+            .into()
+    }
+}
+
+/// Integer fields: JSON Schema counts `226.0` as the integer 226, so the
+/// server does too (serde alone refuses it); `226.5` is refused.
+pub mod integer {
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::{self, Deserializer, Visitor};
+
+    use crate::catalog::Patch;
+
+    /// `#[serde(default, deserialize_with = "crate::input::integer::optional")]`
+    pub fn optional<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TryFrom<i64>,
+    {
+        d.deserialize_option(Whole(PhantomData))
+    }
+
+    /// A merge-patch integer: `null` removes, a value sets.
+    pub fn patch<'de, D, T>(d: D) -> Result<Patch<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TryFrom<i64>,
+    {
+        Ok(optional(d)?.map_or(Patch::Remove, Patch::Set))
+    }
+
+    struct Whole<T>(PhantomData<T>);
+
+    impl<T: TryFrom<i64>> Whole<T> {
+        fn fit<E: de::Error>(n: i64) -> Result<Option<T>, E> {
+            T::try_from(n)
+                .map(Some)
+                .map_err(|_| E::custom(format!("{n} is out of range")))
+        }
+    }
+
+    impl<'de, T: TryFrom<i64>> Visitor<'de> for Whole<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an integer")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+            Self::fit(n)
+        }
+
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+            let n = i64::try_from(n).map_err(|_| E::custom(format!("{n} is out of range")))?;
+            Self::fit(n)
+        }
+
+        fn visit_i128<E: de::Error>(self, n: i128) -> Result<Self::Value, E> {
+            let n = i64::try_from(n).map_err(|_| E::custom(format!("{n} is out of range")))?;
+            Self::fit(n)
+        }
+
+        fn visit_u128<E: de::Error>(self, n: u128) -> Result<Self::Value, E> {
+            let n = i64::try_from(n).map_err(|_| E::custom(format!("{n} is out of range")))?;
+            Self::fit(n)
+        }
+
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
+            // 2^63 is the first f64 beyond i64.
+            if n.fract() != 0.0
+                || !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&n)
+            {
+                return Err(E::invalid_type(de::Unexpected::Float(n), &self));
+            }
+            Self::fit(n as i64)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_are_a_small_printable_alphabet() {
+        for ok in ["invoice", "a", "ppf/v2:eu-1.b_c", &"n".repeat(MAX_NAME_LEN)] {
+            assert_eq!(name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "-lead",
+            "a b",
+            "a\0b",
+            "a\nb",
+            "a\u{7f}",
+            "é",
+            &"n".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn refs_are_printable_and_counted_in_characters() {
+        assert_eq!(reference("order 42 / é ✓"), Ok(()));
+        assert_eq!(reference(&"é".repeat(MAX_REF_LEN)), Ok(()), "not bytes");
+        for bad in [
+            "",
+            "a\0b",
+            "a\tb",
+            "a\u{1b}[31m",
+            "a\u{85}",
+            &"r".repeat(MAX_REF_LEN + 1),
+        ] {
+            assert!(reference(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn free_text_is_short_and_holds_no_nul() {
+        assert_eq!(text("1h 30m"), Ok(()));
+        assert!(text("30\0s").is_err());
+        assert!(text(&"1".repeat(MAX_TEXT_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn payloads_hold_no_nul_anywhere() {
+        assert_eq!(payload(&json!({"a": [1, "x", {"b": null}]})), Ok(()));
+        for bad in [
+            json!("a\u{0}"),
+            json!({"a": {"b": ["ok", "n\u{0}"]}}),
+            json!({"k\u{0}": 1}),
+        ] {
+            assert!(payload(&bad).is_err(), "{bad}");
+        }
+        let big = json!({"blob": "x".repeat(MAX_PAYLOAD_BYTES)});
+        assert!(payload(&big).is_err());
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Counted {
+        #[serde(default, deserialize_with = "integer::optional")]
+        count: Option<i16>,
+    }
+
+    #[test]
+    fn integers_may_be_written_with_a_zero_fraction() {
+        let count = |body: &str| serde_json::from_str::<Counted>(body).map(|c| c.count);
+        assert_eq!(count(r#"{"count": 226}"#).unwrap(), Some(226));
+        assert_eq!(count(r#"{"count": 226.0}"#).unwrap(), Some(226));
+        assert_eq!(count(r#"{"count": 2.26e2}"#).unwrap(), Some(226));
+        assert_eq!(count(r#"{"count": null}"#).unwrap(), None);
+        assert_eq!(count("{}").unwrap(), None);
+        for bad in [
+            r#"{"count": 226.5}"#,
+            r#"{"count": 40000}"#,
+            r#"{"count": 1e300}"#,
+            r#"{"count": "226"}"#,
+        ] {
+            assert!(count(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lone_surrogates_are_recognised_from_the_parser() {
+        for body in [
+            r#"{"a": "\ud800"}"#,
+            r#"{"a": "\udc00"}"#,
+            r#"{"a": "\ud800x"}"#,
+            r#"{"a": "\ud800\u0041"}"#,
+        ] {
+            let error = serde_json::from_str::<Value>(body).unwrap_err();
+            assert!(is_lone_surrogate(&error.to_string()), "{body}: {error}");
+        }
+        let other = serde_json::from_str::<Value>(r#"{"a": }"#).unwrap_err();
+        assert!(!is_lone_surrogate(&other.to_string()));
+    }
+}
