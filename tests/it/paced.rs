@@ -151,6 +151,32 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
     set_limits(&pool, "api", "max_in_flight = 4").await;
     let quota = paced_quota("api", None, Some(4));
     let store = Store::new(pool.clone());
+    // Every place can be used: a group of 5 gets 4, and the next gets none
+    // while they are held. (How many are held at once under concurrency
+    // depends on the scheduler; only the upper bound is a guarantee.)
+    let (slots, flows) = (vec![1; 5], vec!["invoice".to_string(); 5]);
+    let five = PacedAsks {
+        slots: &slots,
+        flows: &flows,
+        ceiling: quota.hourly_ceiling,
+        need_places: true,
+        spend_regardless: false,
+    };
+    let full = store.take_paced_group(&quota, &five).await.unwrap();
+    assert_eq!(
+        (full.taken, full.leases.len()),
+        (4, 4),
+        "the places were used to the full"
+    );
+    let none = store.take_paced_group(&quota, &five).await.unwrap();
+    assert_eq!((none.taken, none.leases.len()), (0, 0));
+    for lease in &full.leases {
+        assert!(store
+            .release_lease(lease.lease.id, None)
+            .await
+            .unwrap()
+            .is_some());
+    }
     let held: Arc<Mutex<HashSet<i64>>> = Arc::default();
     let peak = Arc::new(AtomicI64::new(0));
     let mut callers = Vec::new();
@@ -207,7 +233,6 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
     }
     let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= 4, "{peak} places held at once");
-    assert_eq!(peak, 4, "the places were used to the full");
     assert_eq!(live_leases(&pool, "api").await, 0, "every lease freed");
 }
 
