@@ -410,3 +410,18 @@ pub fn find_on_path(names: &[&str]) -> Option<std::path::PathBuf> {
         .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
         .find(|candidate| candidate.is_file())
 }
+
+/// Holds `quota`'s current window row locked, as a slow statement would,
+/// until the transaction ends.
+pub async fn lock_window(pool: &PgPool, quota: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT count FROM quota_window
+         WHERE quota = $1 AND window_start = window_start_of(arbiter_now()) FOR UPDATE",
+    )
+    .bind(quota)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}

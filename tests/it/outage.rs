@@ -11,8 +11,9 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, database_url, eventually, hold_time_samples, metrics_text,
-    pin_clock, postgres_host_port, set_limits, test_config, Replica, StoreProxy, TestApp,
+    create_flow, current_count, database_url, eventually, hold_time_samples, lock_window,
+    metrics_text, pin_clock, postgres_host_port, set_limits, test_config, Replica, StoreProxy,
+    TestApp,
 };
 
 async fn seed(pool: &PgPool) {
@@ -178,19 +179,6 @@ async fn slow_store_app(pool: &PgPool) -> TestApp {
     let mut config = test_config();
     config.store_timeout = Duration::from_millis(300);
     TestApp::spawn_with(pool.clone(), config).await
-}
-
-async fn lock_window(pool: &PgPool, quota: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query(
-        "SELECT count FROM quota_window
-         WHERE quota = $1 AND window_start = window_start_of(arbiter_now()) FOR UPDATE",
-    )
-    .bind(quota)
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    tx
 }
 
 #[sqlx::test]
