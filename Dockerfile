@@ -13,15 +13,17 @@ ENV SQLX_OFFLINE=true \
 # 1. Dependencies only, against a dummy crate, so this layer is reused until
 #    a manifest, Cargo.lock or .cargo/config.toml change. .cargo/ comes first
 #    so any flags in it apply to the cached dependency build too. The root
-#    manifest is a workspace with the benchmark (bench/) as a member: cargo
-#    loads every member's manifest, so bench/Cargo.toml and a placeholder
-#    target come along; only the service is ever built here.
+#    manifest is a workspace with the benchmark (bench/) and the worker
+#    client (client/) as members: cargo loads every member's manifest, so
+#    their Cargo.toml and a placeholder target come along; only the service
+#    is ever built here.
 COPY Cargo.toml Cargo.lock ./
 COPY bench/Cargo.toml bench/
+COPY client/Cargo.toml client/
 COPY .cargo/ .cargo/
-RUN mkdir -p src bench/src \
+RUN mkdir -p src bench/src client/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
+ && touch src/lib.rs client/src/lib.rs \
  && echo 'fn main() {}' > bench/src/main.rs \
  && cargo build --release --locked -p quota-arbiter --bin quota-arbiter \
  && rm -rf src

@@ -51,7 +51,12 @@ impl Arbiter {
     ) -> Self {
         Self {
             coalescer: Coalescer::new(store.clone()),
-            shell: Shell::new(metrics.clone(), clock.clone(), store_timeout),
+            shell: Shell::new(
+                metrics.clone(),
+                clock.clone(),
+                ledger.clone(),
+                store_timeout,
+            ),
             store,
             catalog,
             ledger,
@@ -85,10 +90,12 @@ impl Arbiter {
     }
 
     fn count_after_the_fact(&self, mut decision: Decision, rule: &Rule, count: i64) -> Decision {
-        self.ledger
-            .spend_after_the_fact(&rule.quota.name, None, count);
         decision.outcome = Outcome::Unthrottled;
         decision.window_start = self.clock.window_start();
+        // Counted in the window the answer names, not the one the flush
+        // lands in; unknown (no recent reading): the flush's.
+        self.ledger
+            .spend_after_the_fact(&rule.quota.name, decision.window_start, count);
         decision
     }
 

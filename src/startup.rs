@@ -31,12 +31,20 @@ const FLUSH_EVERY: Duration = Duration::from_millis(250);
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// How long `build` waits for the store before serving anyway (not ready).
 const STARTUP_WAIT: Duration = Duration::from_secs(3);
+/// How long a graceful shutdown may spend writing the counts still in
+/// memory (statements answered late included) before giving them up.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 pub struct Application {
     listener: TcpListener,
     state: AppState,
     ledger: Ledger,
     background: Vec<tokio::task::JoinHandle<()>>,
+    /// The flusher, stopped between two flushes, never in one.
+    flusher: (
+        tokio::task::JoinHandle<()>,
+        tokio::sync::watch::Sender<bool>,
+    ),
 }
 
 impl Application {
@@ -103,14 +111,16 @@ impl Application {
             bootstrap,
             tokio::spawn(sync_loop(store.clone(), catalog.clone(), clock)),
             tokio::spawn(listen_loop(store.clone(), catalog)),
-            tokio::spawn(flush_loop(store.clone(), ledger.clone())),
-            tokio::spawn(prune_loop(store, retentions)),
+            tokio::spawn(prune_loop(store.clone(), retentions)),
         ];
+        let (stop_flushing, stopped) = tokio::sync::watch::channel(false);
+        let flusher = tokio::spawn(flush_loop(store, ledger.clone(), stopped));
         Ok(Self {
             listener,
             state,
             ledger,
             background,
+            flusher: (flusher, stop_flushing),
         })
     }
 
@@ -128,7 +138,9 @@ impl Application {
         self.run_until(shutdown_signal()).await
     }
 
-    /// Serves until `stop` resolves, then writes what is still pending.
+    /// Serves until `stop` resolves, then writes what is still pending:
+    /// in-flight requests finish first, then the flusher's own flush, then
+    /// the counts still to come.
     pub async fn run_until(
         self,
         stop: impl Future<Output = ()> + Send + 'static,
@@ -141,9 +153,10 @@ impl Application {
         for task in &self.background {
             task.abort();
         }
-        if let Err(error) = self.ledger.flush(&pool).await {
-            tracing::warn!(%error, "could not write the last tallies at shutdown");
-        }
+        let (flusher, stop_flushing) = self.flusher;
+        let _ = stop_flushing.send(true);
+        let _ = flusher.await;
+        self.ledger.flush_before_exit(&pool, SHUTDOWN_GRACE).await;
         served
     }
 }
@@ -220,11 +233,14 @@ async fn listen_once(store: &Store, catalog: &Catalog) -> Result<(), sqlx::Error
     }
 }
 
-async fn flush_loop(store: Store, ledger: Ledger) {
+async fn flush_loop(store: Store, ledger: Ledger, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|stop| *stop) => return,
+        }
         if let Err(error) = ledger.flush(store.pool()).await {
             tracing::debug!(%error, "tallies not written yet; kept for the next flush");
         }

@@ -1,12 +1,16 @@
 //! Counting after the fact. Decisions are tallied, and emissions that never
 //! went through the reservation (count mode, deadline bypass) are added to their
 //! window, in memory first and then in batches by a background flusher. Nothing
-//! here can fail or slow down a decision: a flush that fails keeps its numbers
-//! for the next try.
+//! here can fail or slow down a decision: a flush that fails, or is dropped
+//! mid-transaction, keeps its numbers for the next try. What only a SIGKILL
+//! can lose is what is still in memory (design.md §3, guarantee 6).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::mem;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -67,6 +71,35 @@ impl Pending {
 #[derive(Clone, Default)]
 pub struct Ledger {
     pending: Arc<Mutex<Pending>>,
+    /// Counts still to come: statements answered too late, still running,
+    /// whose outcome decides what is counted after the fact.
+    expected: Arc<AtomicUsize>,
+}
+
+/// A count still to come; dropping it says it came.
+struct Expected(Arc<AtomicUsize>);
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A batch taken out of memory and not yet committed: unless it is, dropping
+/// it (a failed write, or a flush cancelled mid-transaction) puts its numbers
+/// back. A commit whose answer was lost is then written twice: an over-count,
+/// never an under-count.
+struct Unwritten<'a> {
+    ledger: &'a Ledger,
+    batch: Option<Pending>,
+}
+
+impl Drop for Unwritten<'_> {
+    fn drop(&mut self) {
+        if let Some(batch) = self.batch.take() {
+            self.ledger.lock().merge(batch);
+        }
+    }
 }
 
 impl Ledger {
@@ -126,19 +159,67 @@ impl Ledger {
             .or_default() += slots;
     }
 
-    /// Writes everything pending in one transaction; on failure the numbers
-    /// are put back, to be written by the next flush.
+    /// Marks a count still to come; the last flush at shutdown waits for it.
+    fn expect(&self) -> Expected {
+        self.expected.fetch_add(1, Ordering::AcqRel);
+        Expected(self.expected.clone())
+    }
+
+    /// Runs `settlement`, which decides a count still to come, in the
+    /// background; the last flush at shutdown waits for it.
+    pub fn settle_later(&self, settlement: impl Future<Output = ()> + Send + 'static) {
+        let expected = self.expect();
+        tokio::spawn(async move {
+            settlement.await;
+            drop(expected);
+        });
+    }
+
+    /// Writes everything pending in one transaction; on failure, or when
+    /// this future is dropped before the commit, the numbers are put back
+    /// for the next flush.
     pub async fn flush(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
         let batch = mem::take(&mut *self.lock());
         if batch.is_empty() {
             return Ok(());
         }
-        match write_batch(pool, &batch).await {
-            Ok(()) => Ok(()),
-            Err(error) => {
-                self.lock().merge(batch);
-                Err(error)
+        let mut unwritten = Unwritten {
+            ledger: self,
+            batch: Some(batch),
+        };
+        let written = write_batch(pool, unwritten.batch.as_ref().expect("taken above")).await;
+        if written.is_ok() {
+            unwritten.batch = None;
+        }
+        written
+    }
+
+    /// The last flush, at shutdown: waits (up to `grace`) for the counts
+    /// still to come, then writes, retrying while the store does not answer
+    /// until `grace` is spent. What is left is reported as lost.
+    pub async fn flush_before_exit(&self, pool: &PgPool, grace: Duration) {
+        let until = tokio::time::Instant::now() + grace;
+        while self.expected.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        loop {
+            let error = match tokio::time::timeout_at(until, self.flush(pool)).await {
+                Ok(Ok(())) if self.lock().is_empty() => return,
+                Ok(Ok(())) => continue,
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => "no answer in time".to_string(),
+            };
+            if tokio::time::Instant::now() >= until {
+                let pending = self.lock();
+                let slots: i64 = pending.slots.values().sum();
+                return tracing::error!(
+                    %error,
+                    slots,
+                    tallies = pending.tallies.len(),
+                    "counts made after the fact lost at shutdown: the store did not take them"
+                );
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

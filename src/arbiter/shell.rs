@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::clock::{ClockReading, DbClock};
 use crate::metrics::Metrics;
 use crate::store::{Reservation, Take};
+use crate::tally::Ledger;
 
 /// The store could not decide in time; for an enforced flow that is a 503.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -147,16 +148,20 @@ no_clock!(
 pub(super) struct Shell {
     metrics: Metrics,
     clock: DbClock,
+    /// Detached calls are its settlements: a graceful shutdown waits for
+    /// them (a count or a give-back still to come) before its last flush.
+    ledger: Ledger,
     budget: Duration,
     /// Calls of one decision that share one budget end by then.
     deadline: Option<Instant>,
 }
 
 impl Shell {
-    pub(super) fn new(metrics: Metrics, clock: DbClock, budget: Duration) -> Self {
+    pub(super) fn new(metrics: Metrics, clock: DbClock, ledger: Ledger, budget: Duration) -> Self {
         Self {
             metrics,
             clock,
+            ledger,
             budget,
             deadline: None,
         }
@@ -215,14 +220,17 @@ impl Shell {
         E: Into<StoreError> + Send + 'static,
         S: Future<Output = ()> + Send + 'static,
     {
-        self.run(operation, detach(call, settle)).await
+        self.run(operation, detach(&self.ledger, call, settle))
+            .await
     }
 }
 
-/// Starts `call` as a task of its own; the future answers what it answers,
+/// Starts `call` as a task of its own (one of `ledger`'s settlements, so a
+/// graceful shutdown waits for it); the future answers what it answers,
 /// after `settle` has had a failure. A success that finds the future gone
 /// goes to `settle` instead.
 fn detach<T, E, S>(
+    ledger: &Ledger,
     call: impl Future<Output = Result<T, E>> + Send + 'static,
     settle: impl FnOnce(Result<T, StoreError>) -> S + Send + 'static,
 ) -> impl Future<Output = Result<T, StoreError>>
@@ -232,7 +240,7 @@ where
     S: Future<Output = ()> + Send + 'static,
 {
     let (answer, answered) = oneshot::channel();
-    tokio::spawn(async move {
+    ledger.settle_later(async move {
         let outcome = match tokio::time::timeout(LATE_LIMIT, call).await {
             Ok(outcome) => outcome.map_err(Into::into),
             Err(_) => Err(StoreUnavailable(format!("no answer within {LATE_LIMIT:?}")).into()),
@@ -282,11 +290,8 @@ mod tests {
 
     fn shell_with(budget: Duration) -> (Shell, Metrics, DbClock) {
         let (metrics, clock) = (Metrics::new(), DbClock::default());
-        (
-            Shell::new(metrics.clone(), clock.clone(), budget),
-            metrics,
-            clock,
-        )
+        let shell = Shell::new(metrics.clone(), clock.clone(), Ledger::default(), budget);
+        (shell, metrics, clock)
     }
 
     fn sample(metrics: &Metrics, series: &str) -> String {

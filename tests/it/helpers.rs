@@ -185,6 +185,21 @@ pub async fn current_count(pool: &PgPool, quota: &str) -> i64 {
     .unwrap()
 }
 
+/// Holds the current window row of `quota` (`SELECT … FOR UPDATE`) until
+/// the transaction returned ends: every statement that spends it waits.
+pub async fn lock_window(pool: &PgPool, quota: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT count FROM quota_window
+         WHERE quota = $1 AND window_start = window_start_of(arbiter_now()) FOR UPDATE",
+    )
+    .bind(quota)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}
+
 /// Polls `probe` until it returns `want` or `timeout` passes; returns the last value.
 pub async fn eventually<T, F, Fut>(timeout: Duration, want: T, mut probe: F) -> T
 where
@@ -232,10 +247,16 @@ pub fn postgres_host_port() -> String {
 /// the current UTC hour (time keeps running from there), and returns a pool
 /// whose connections see it. The public API takes no clock from the caller.
 pub async fn pin_clock(pool: &PgPool, minutes: i32) -> PgPool {
+    pin_clock_at(pool, f64::from(minutes) * 60.0).await
+}
+
+/// [`pin_clock`] to `seconds` past the current UTC hour (3597.5: two and a
+/// half seconds before the next one).
+pub async fn pin_clock_at(pool: &PgPool, seconds: f64) -> PgPool {
     let offset: String = sqlx::query_scalar(
-        "SELECT ((date_trunc('hour', now(), 'UTC') + make_interval(mins => $1)) - now())::text",
+        "SELECT ((date_trunc('hour', now(), 'UTC') + make_interval(secs => $1)) - now())::text",
     )
-    .bind(minutes)
+    .bind(seconds)
     .fetch_one(pool)
     .await
     .unwrap();
@@ -296,6 +317,11 @@ pub struct Replica {
 
 impl Replica {
     pub async fn spawn(database_url: &str) -> Self {
+        Self::spawn_with(database_url, &[]).await
+    }
+
+    /// [`Replica::spawn`] with extra environment variables (`QUOTA_*` settings).
+    pub async fn spawn_with(database_url: &str, env: &[(&str, &str)]) -> Self {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_quota-arbiter"))
             .arg("serve")
             .current_dir(std::env::temp_dir())
@@ -307,6 +333,7 @@ impl Replica {
             .env("QUOTA_LOG_FORMAT", "json")
             .env("QUOTA_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -336,7 +363,35 @@ impl Replica {
 
     /// SIGKILL: no graceful shutdown, nothing flushed.
     pub async fn kill(mut self) {
+        self.sigkill().await;
+    }
+
+    /// [`Replica::kill`] in place, for a caller that starts another.
+    pub async fn sigkill(&mut self) {
         self.child.kill().await.unwrap();
+    }
+
+    /// SIGTERM: the graceful shutdown. Returns at once; see [`Replica::exited`].
+    pub fn terminate(&self) {
+        let pid = self.child.id().expect("the server is running");
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "SIGTERM sent to {pid}");
+    }
+
+    /// Waits (up to `timeout`) for the process to exit; its status.
+    pub async fn exited(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .expect("the server exits in time")
+            .expect("the server's status")
+    }
+
+    /// Whether the process is still running (it did not die on its own).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 
@@ -409,19 +464,4 @@ pub fn find_on_path(names: &[&str]) -> Option<std::path::PathBuf> {
         .iter()
         .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
         .find(|candidate| candidate.is_file())
-}
-
-/// Holds `quota`'s current window row locked, as a slow statement would,
-/// until the transaction ends.
-pub async fn lock_window(pool: &PgPool, quota: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query(
-        "SELECT count FROM quota_window
-         WHERE quota = $1 AND window_start = window_start_of(arbiter_now()) FOR UPDATE",
-    )
-    .bind(quota)
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    tx
 }

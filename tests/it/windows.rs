@@ -1,11 +1,16 @@
 //! Window alignment: fixed UTC hours by the database clock, whatever TimeZone.
 
-use chrono::{DateTime, TimeZone, Timelike, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, DurationRound, TimeZone, Timelike, Utc};
+use quota_arbiter::decision::{Decision, Outcome};
 use quota_arbiter::store::Store;
+use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
 
-use crate::helpers::{create_flow, pin_clock};
+use crate::helpers::{create_flow, eventually, pin_clock, pin_clock_at, TestApp};
 
 #[sqlx::test]
 async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: PgPool) {
@@ -126,4 +131,147 @@ async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: 
             .count_after,
         None
     );
+}
+
+const TURN_CALLERS: usize = 16;
+const TURN_CEILING: i64 = 20;
+
+/// What one caller saw: the decision and when it was asked and answered,
+/// both by the database clock (the client's clock moved by the offset).
+struct Asked {
+    decision: Decision,
+    sent: DateTime<Utc>,
+    answered: DateTime<Utc>,
+}
+
+#[sqlx::test]
+async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(pool: PgPool) {
+    // Three seconds before a UTC hour by the database clock; start asking
+    // 0.8 s before it and go on until 0.7 s after it.
+    let pinned = pin_clock_at(&pool, 3597.0).await;
+    create_flow(&pinned, "ppf", TURN_CEILING, "invoice", "enforce").await;
+    // Counted after the fact: in the window its answer names, not the one
+    // the database clock is in when the count is written.
+    create_flow(&pinned, "feed", 1_000_000, "page-view", "count").await;
+    let app = Arc::new(TestApp::spawn(pinned.clone()).await);
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pinned)
+        .await
+        .unwrap();
+    let offset = db_now - Utc::now();
+    let hour =
+        db_now.duration_trunc(chrono::Duration::hours(1)).unwrap() + chrono::Duration::hours(1);
+    let start = hour - chrono::Duration::milliseconds(800);
+    let stop = hour + chrono::Duration::milliseconds(700);
+    let wait = (start - (Utc::now() + offset))
+        .to_std()
+        .expect("set up before the turn");
+    tokio::time::sleep(wait).await;
+
+    let mut callers = Vec::new();
+    for caller in 0..TURN_CALLERS {
+        let app = app.clone();
+        let flow = if caller % 4 == 0 {
+            "page-view"
+        } else {
+            "invoice"
+        };
+        callers.push(tokio::spawn(async move {
+            let mut asked = Vec::new();
+            while Utc::now() + offset < stop {
+                let sent = Utc::now() + offset;
+                let decision = app.reserve(json!({"flow": flow})).await;
+                let answered = Utc::now() + offset;
+                asked.push(Asked {
+                    decision,
+                    sent,
+                    answered,
+                });
+            }
+            asked
+        }));
+    }
+    let mut all = Vec::new();
+    for caller in callers {
+        all.extend(caller.await.unwrap());
+    }
+
+    let before = hour - chrono::Duration::hours(1);
+    // The client's reading of the database clock is good to a round trip.
+    let slack = chrono::Duration::milliseconds(50);
+    for asked in &all {
+        // Only a count made without a recent clock reading (right after the
+        // turn) names no window: the flush's window counts it.
+        let Some(window) = asked.decision.window_start else {
+            assert_eq!(
+                asked.decision.outcome,
+                Outcome::Unthrottled,
+                "an enforced decision has a window"
+            );
+            continue;
+        };
+        assert!(window == before || window == hour, "{window}");
+        if window == before {
+            assert!(
+                asked.sent < hour + slack,
+                "decided before the hour, asked at {}",
+                asked.sent
+            );
+        } else {
+            assert!(
+                asked.answered > hour - slack,
+                "decided after the hour, answered at {}",
+                asked.answered
+            );
+        }
+    }
+    let spent = |window, outcome| {
+        all.iter()
+            .filter(|a| a.decision.window_start == Some(window))
+            .filter(|a| a.decision.outcome == outcome)
+            .count() as i64
+    };
+    let counted_in = |quota: &'static str, window| {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce((SELECT count FROM quota_window WHERE quota = $1 AND window_start = $2), 0)",
+        )
+        .bind(quota)
+        .bind(window)
+        .fetch_one(&pinned)
+    };
+    let page_views = all
+        .iter()
+        .filter(|a| a.decision.flow == "page-view")
+        .count() as i64;
+    let flushed = eventually(Duration::from_secs(5), page_views, || async {
+        counted_in("feed", before).await.unwrap() + counted_in("feed", hour).await.unwrap()
+    })
+    .await;
+    assert_eq!(flushed, page_views, "every page view counted");
+    for window in [before, hour] {
+        let granted = spent(window, Outcome::Granted);
+        assert_eq!(
+            counted_in("ppf", window).await.unwrap(),
+            granted,
+            "window {window}: its count is what was granted in it"
+        );
+        assert!(
+            (1..=TURN_CEILING).contains(&granted),
+            "window {window}: {granted} granted"
+        );
+        let unthrottled = spent(window, Outcome::Unthrottled);
+        let unplaced = all
+            .iter()
+            .filter(|a| a.decision.flow == "page-view" && a.decision.window_start.is_none())
+            .count() as i64;
+        let counted = counted_in("feed", window).await.unwrap();
+        assert!(
+            counted >= unthrottled && counted <= unthrottled + unplaced,
+            "window {window}: {counted} counted, {unthrottled} answered in it, {unplaced} in none"
+        );
+        assert!(
+            unthrottled >= 1,
+            "window {window}: page views on both sides"
+        );
+    }
 }

@@ -1,0 +1,239 @@
+//! A scripted stand-in for the arbiter's HTTP API: it answers each request with
+//! the next scripted reply (the last one repeats) and records what it saw and
+//! when, by tokio's clock, so tests on paused time read exact waits.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+#[derive(Clone, Debug)]
+pub enum Reply {
+    Answer {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: Value,
+    },
+    /// Read the request, never answer; wait for the client to hang up.
+    Hang,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: Value) -> Self {
+        Reply::Answer {
+            status,
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    /// A problem+json with the arbiter's `type` for `slug`.
+    pub fn problem(status: u16, slug: &str) -> Self {
+        Self::json(
+            status,
+            json!({"type": format!("https://quota-arbiter.dev/problems/{slug}"),
+                "title": slug, "status": status, "detail": format!("fake {slug}")}),
+        )
+    }
+
+    pub fn retry_after(mut self, value: impl Into<String>) -> Self {
+        if let Reply::Answer { headers, .. } = &mut self {
+            headers.push(("retry-after", value.into()));
+        }
+        self
+    }
+
+    /// `Retry-After` as the HTTP-date `wait` from now (whole seconds).
+    pub fn retry_after_date(self, wait: Duration) -> Self {
+        self.retry_after(httpdate::fmt_http_date(SystemTime::now() + wait))
+    }
+}
+
+pub fn granted(flow: &str) -> Reply {
+    Reply::json(
+        200,
+        json!({"outcome": "granted", "flow": flow, "quota": "ppf", "mode": "enforce",
+            "window_start": "2026-11-30T14:00:00Z", "retry_at": null, "retry_after_seconds": null,
+            "would_defer": false, "limit": null, "lease_id": 42, "valid_until": null}),
+    )
+}
+
+pub fn bypassed(flow: &str) -> Reply {
+    Reply::json(
+        200,
+        json!({"outcome": "bypassed", "flow": flow, "quota": "ppf", "mode": "enforce",
+            "window_start": "2026-11-30T14:00:00Z", "retry_at": null, "retry_after_seconds": null,
+            "would_defer": false, "limit": null, "lease_id": null, "valid_until": null}),
+    )
+}
+
+/// A deferral until `wait` from now (by the real clock, as the arbiter's
+/// database clock would be), with the arbiter's whole seconds rounded up.
+pub fn deferred(flow: &str, wait: Duration, limit: &str) -> Reply {
+    let retry_at: DateTime<Utc> = Utc::now() + wait;
+    Reply::json(
+        200,
+        json!({"outcome": "deferred", "flow": flow, "quota": "ppf", "mode": "enforce",
+            "window_start": "2026-11-30T14:00:00Z", "retry_at": retry_at,
+            "retry_after_seconds": wait.as_millis().div_ceil(1000), "would_defer": false,
+            "limit": limit, "lease_id": null, "valid_until": null}),
+    )
+}
+
+/// What the fake saw of one request.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub at: Instant,
+    pub path: String,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+struct Script {
+    replies: Mutex<VecDeque<Reply>>,
+    seen: Mutex<Vec<Seen>>,
+    in_flight: AtomicUsize,
+}
+
+pub struct FakeArbiter {
+    pub url: String,
+    script: Arc<Script>,
+}
+
+impl FakeArbiter {
+    /// Listens on an address of its own: the client's process-wide gates are
+    /// per arbiter URL, so tests running side by side never share one.
+    pub async fn start(replies: impl IntoIterator<Item = Reply>) -> Self {
+        let listener = TcpListener::bind((own_address(), 0)).await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let script = Arc::new(Script {
+            replies: Mutex::new(replies.into_iter().collect()),
+            seen: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+        });
+        let serving = script.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, serving.clone()));
+            }
+        });
+        Self { url, script }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.script.seen.lock().unwrap().clone()
+    }
+
+    /// Requests read and not yet answered nor abandoned by the client.
+    pub fn in_flight(&self) -> usize {
+        self.script.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The waits between consecutive requests.
+    pub fn gaps(&self) -> Vec<Duration> {
+        let seen = self.seen();
+        seen.windows(2).map(|w| w[1].at - w[0].at).collect()
+    }
+}
+
+/// 127.77.x.y: a loopback address no other test of the process uses.
+fn own_address() -> std::net::Ipv4Addr {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    std::net::Ipv4Addr::new(127, 77, (n / 250) as u8, (n % 250 + 1) as u8)
+}
+
+/// One request per connection (every answer says `connection: close`).
+async fn serve(mut stream: TcpStream, script: Arc<Script>) {
+    let Some((head, body)) = read_request(&mut stream).await else {
+        return;
+    };
+    let mut lines = head.lines();
+    let path = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .unwrap_or("")
+        .to_string();
+    let authorization = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+        .map(|(_, value)| value.trim().to_string());
+    let reply = {
+        let mut replies = script.replies.lock().unwrap();
+        let reply = if replies.len() > 1 {
+            replies.pop_front()
+        } else {
+            replies.front().cloned()
+        };
+        reply.expect("a scripted reply")
+    };
+    script.seen.lock().unwrap().push(Seen {
+        at: Instant::now(),
+        path,
+        authorization,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    });
+    script.in_flight.fetch_add(1, Ordering::SeqCst);
+    match reply {
+        Reply::Hang => {
+            // Until the client hangs up.
+            let mut rest = [0u8; 64];
+            while matches!(stream.read(&mut rest).await, Ok(n) if n > 0) {}
+        }
+        Reply::Answer {
+            status,
+            headers,
+            body,
+        } => {
+            let body = body.to_string();
+            let mut response = format!(
+                "HTTP/1.1 {status} Fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                body.len()
+            );
+            for (name, value) in headers {
+                response.push_str(&format!("{name}: {value}\r\n"));
+            }
+            response.push_str("\r\n");
+            response.push_str(&body);
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        }
+    }
+    script.in_flight.fetch_sub(1, Ordering::SeqCst);
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let length: usize = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, value)| value.trim().parse().ok())
+        .unwrap_or(0);
+    while buffer.len() < head_end + length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    Some((head, buffer[head_end..head_end + length].to_vec()))
+}
