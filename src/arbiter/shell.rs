@@ -152,8 +152,8 @@ no_clock!(
 pub(super) struct Shell {
     metrics: Metrics,
     clock: DbClock,
-    /// Detached calls are settled through it, so that a graceful shutdown
-    /// waits for them before its last flush.
+    /// Detached calls are its settlements: a graceful shutdown waits for
+    /// them (a count or a give-back still to come) before its last flush.
     ledger: Ledger,
     budget: Duration,
     /// Calls of one decision that share one budget end by then.
@@ -229,9 +229,10 @@ impl Shell {
     }
 }
 
-/// Starts `call` as a task of its own; the future answers what it answers,
+/// Starts `call` as a task of its own (one of `ledger`'s settlements, so a
+/// graceful shutdown waits for it); the future answers what it answers,
 /// after `settle` has had a failure. A success that finds the future gone
-/// goes to `settle` instead. The task is the ledger's to wait for at shutdown.
+/// goes to `settle` instead.
 fn detach<T, E, S>(
     ledger: &Ledger,
     call: impl Future<Output = Result<T, E>> + Send + 'static,
@@ -293,11 +294,8 @@ mod tests {
 
     fn shell_with(budget: Duration) -> (Shell, Metrics, DbClock) {
         let (metrics, clock) = (Metrics::new(), DbClock::default());
-        (
-            Shell::new(metrics.clone(), clock.clone(), Ledger::default(), budget),
-            metrics,
-            clock,
-        )
+        let shell = Shell::new(metrics.clone(), clock.clone(), Ledger::default(), budget);
+        (shell, metrics, clock)
     }
 
     fn sample(metrics: &Metrics, series: &str) -> String {

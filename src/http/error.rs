@@ -160,11 +160,7 @@ impl ApiError {
 impl From<sqlx::Error> for ApiError {
     /// A store that cannot be reached is an outage (503), not a bug (500).
     fn from(error: sqlx::Error) -> Self {
-        if crate::store::unreachable(&error) {
-            ApiError::StoreUnavailable(StoreUnavailable(error.to_string()))
-        } else {
-            ApiError::Internal(error.into())
-        }
+        StoreError::from(error).into()
     }
 }
 

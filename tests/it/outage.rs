@@ -413,6 +413,18 @@ async fn active_statements(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
+/// Waits until no statement runs and `ppf`'s window counts `slots`.
+async fn settles_at(pool: &PgPool, slots: i64) {
+    let settled = eventually(Duration::from_secs(5), (slots, 0), || async {
+        (
+            current_count(pool, "ppf").await,
+            active_statements(pool).await,
+        )
+    })
+    .await;
+    assert_eq!(settled, (slots, 0), "(window count, statements running)");
+}
+
 #[sqlx::test]
 async fn slots_a_claim_took_after_its_caller_gave_up_are_given_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
@@ -440,14 +452,7 @@ async fn slots_a_claim_took_after_its_caller_gave_up_are_given_back(pool: PgPool
     tx.rollback().await.unwrap();
 
     // The take goes through once the lock is gone; nobody claimed with it.
-    let settled = eventually(Duration::from_secs(5), (4, 0), || async {
-        (
-            current_count(&pool, "ppf").await,
-            active_statements(&pool).await,
-        )
-    })
-    .await;
-    assert_eq!(settled, (4, 0), "(window count, statements running)");
+    settles_at(&pool, 4).await;
     let claimed: Value = app
         .post_json("/v1/work/claim", json!({"worker": "w-2", "max": 10}))
         .await;
@@ -548,14 +553,7 @@ async fn slots_a_batch_took_after_its_caller_gave_up_are_given_back(pool: PgPool
     tx.rollback().await.unwrap();
 
     // The take went through once the lock was gone; nobody emits on it.
-    let settled = eventually(Duration::from_secs(5), (4, 0), || async {
-        (
-            current_count(&pool, "ppf").await,
-            active_statements(&pool).await,
-        )
-    })
-    .await;
-    assert_eq!(settled, (4, 0), "(window count, statements running)");
+    settles_at(&pool, 4).await;
 }
 
 async fn post_batch(client: &reqwest::Client, base: &str, items: &Value) -> reqwest::Response {

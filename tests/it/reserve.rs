@@ -1,5 +1,6 @@
 //! POST /v1/reserve against the in-process app and a real database.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Timelike, Utc};
@@ -8,7 +9,7 @@ use quota_arbiter::decision::Outcome;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, eventually, pin_clock, TestApp};
+use crate::helpers::{create_flow, current_count, eventually, lock_window, pin_clock, TestApp};
 
 #[sqlx::test]
 async fn enforced_flow_grants_up_to_the_ceiling_then_defers_until_the_next_window(pool: PgPool) {
@@ -449,4 +450,61 @@ async fn concurrent_requests_for_many_quotas_share_statements_and_get_exactly_ea
             "q{q:02}"
         );
     }
+}
+
+async fn observe_batch(app: &TestApp, count: i64) -> Value {
+    let items = json!({"items": [{"flow": "status-report", "count": count}]});
+    let response = app
+        .client
+        .post(format!("{}/v1/reserve/batch", app.base))
+        .json(&items)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["decisions"][0].clone()
+}
+
+/// Observations queued behind a statement still running are spent together
+/// in one statement: each on its own quota, each told whether it went past
+/// the ceiling by its own slots (in arrival order), not by the group's.
+#[sqlx::test]
+async fn observations_spent_together_each_say_whether_they_went_past_the_ceiling(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 5, "status-report", "observe").await;
+    create_flow(&pool, "other", 5, "sync", "observe").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    app.reserve(json!({"flow": "status-report"})).await;
+    let tx = lock_window(&pool, "ppf").await;
+    let pause = || tokio::time::sleep(Duration::from_millis(250));
+
+    // The first group: one observation, held by the lock.
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { app.reserve(json!({"flow": "status-report"})).await }
+    });
+    pause().await;
+    // The next group of `ppf`: 1 slot, then 3 (with one of another quota between).
+    let within = tokio::spawn({
+        let app = app.clone();
+        async move { observe_batch(&app, 1).await }
+    });
+    pause().await;
+    let elsewhere = app.reserve(json!({"flow": "sync"})).await;
+    assert_eq!(elsewhere.outcome, Outcome::Granted);
+    let past = tokio::spawn({
+        let app = app.clone();
+        async move { observe_batch(&app, 3).await }
+    });
+    pause().await;
+    tx.rollback().await.unwrap();
+
+    assert_eq!(first.await.unwrap().outcome, Outcome::Granted);
+    let (within, past) = (within.await.unwrap(), past.await.unwrap());
+    // 2 before the group: 3 after the first (within 5), 6 after the second.
+    assert_eq!(within["would_defer"], false, "{within}");
+    assert_eq!(past["would_defer"], true, "{past}");
+    assert_eq!(current_count(&pool, "ppf").await, 6);
+    assert_eq!(current_count(&pool, "other").await, 1);
 }
