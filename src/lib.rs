@@ -12,6 +12,7 @@ pub mod http;
 pub mod metrics;
 pub mod operator;
 pub mod report;
+pub mod shell_worker;
 pub mod startup;
 pub mod store;
 pub mod tally;

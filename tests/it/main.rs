@@ -17,6 +17,7 @@ mod readme;
 mod replicas;
 mod report;
 mod reserve;
+mod shell_worker;
 mod surfaces;
 mod views;
 mod windows;
