@@ -19,6 +19,7 @@ mod history;
 mod paced;
 mod reserve;
 pub mod slots;
+mod stream;
 pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
@@ -28,6 +29,7 @@ pub use reserve::{
     first_lease_expiry, AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease,
 };
 pub use slots::{QuotaAsk, Take};
+pub use stream::QuotaShare;
 pub use work::{NewWork, WorkItem};
 
 use sqlx::PgPool;

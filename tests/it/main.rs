@@ -18,6 +18,7 @@ mod replicas;
 mod report;
 mod reserve;
 mod shell_worker;
+mod stream;
 mod surfaces;
 mod views;
 mod windows;
