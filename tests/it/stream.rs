@@ -90,7 +90,9 @@ async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPo
     let share = first.next_share(Duration::from_millis(1_800)).await;
     assert_eq!(share["quotas"][0]["rate"], 20.0, "{share}");
 
-    let mut second = ShareStream::connect(&app, "flow=invoice").await;
+    // Another replica's client of the same quota counts too.
+    let other_replica = TestApp::spawn(pool.clone()).await;
+    let mut second = ShareStream::connect(&other_replica, "flow=invoice").await;
     let share = second.next_share(Duration::from_secs(2)).await;
     assert_eq!(share["quotas"][0]["clients"], 2, "{share}");
     let share = first.next_share(Duration::from_millis(1_800)).await;
