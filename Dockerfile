@@ -32,12 +32,14 @@ RUN mkdir -p src bench/src client/src \
 #    include_str!) and .sqlx/ are all read at compile time.
 COPY build.rs ./
 COPY src/ src/
+# `quota-arbiter reserve` is built on the worker client.
+COPY client/src/ client/src/
 COPY sql/ sql/
 COPY migrations/ migrations/
 COPY .sqlx/ .sqlx/
 # COPY keeps the context's mtimes, which can be older than the dummy build's
 # artifacts; touch so cargo rebuilds the crate instead of keeping the dummy.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs client/src/lib.rs \
  && cargo build --release --locked -p quota-arbiter --bin quota-arbiter \
  && cp target/release/quota-arbiter /quota-arbiter
 

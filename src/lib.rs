@@ -13,6 +13,7 @@ pub mod input;
 pub mod metrics;
 pub mod operator;
 pub mod report;
+pub mod shell_worker;
 pub mod startup;
 pub mod store;
 pub mod tally;

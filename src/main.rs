@@ -2,14 +2,27 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use quota_arbiter::cli::{Cli, Command};
+use quota_arbiter::cli::{self, Cli, Command};
 use quota_arbiter::config::{self, Config};
 use quota_arbiter::startup::Application;
-use quota_arbiter::{operator, store, telemetry};
+use quota_arbiter::{operator, shell_worker, store, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    let args: Vec<_> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(cli::usage_exit_code(&error, &args));
+        }
+    };
+    // The shell worker's command needs no server configuration.
+    if let Command::Reserve(args) = &cli.command {
+        telemetry::init_stderr();
+        return shell_worker::reserve(args).await;
+    }
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -59,6 +72,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = operator::connect(&config).await?;
             operator::report(&store, &config, quota.as_deref(), &since, ceiling).await?
         }
+        Command::Reserve(_) => unreachable!("answered before the configuration is loaded"),
     }
     Ok(())
 }

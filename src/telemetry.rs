@@ -24,3 +24,15 @@ pub fn init(format: LogFormat) {
     // A second init (tests) keeps the first subscriber.
     let _ = result;
 }
+
+/// For the shell worker's commands: warnings (the client's retries, a broken
+/// variable) on stderr, so stdout carries only the answer.
+pub fn init_stderr() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}

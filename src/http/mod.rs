@@ -9,6 +9,7 @@ mod extract;
 mod feedback;
 mod ops;
 mod reserve;
+mod stream;
 mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +91,7 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
     };
     let (routes, mut spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(reserve::router())
+        .merge(stream::router())
         .merge(batch::router())
         .merge(work::router())
         .merge(bounded(admin::router()))

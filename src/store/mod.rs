@@ -20,6 +20,7 @@ mod paced;
 mod reach;
 mod reserve;
 mod slots;
+mod stream;
 pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
@@ -28,6 +29,7 @@ pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reach::unreachable;
 pub use reserve::{AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease};
 pub use slots::{QuotaAsk, Take};
+pub use stream::QuotaShare;
 pub use work::{NewWork, WorkItem};
 
 use sqlx::PgPool;

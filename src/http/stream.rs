@@ -1,0 +1,142 @@
+//! `GET /v1/stream`: each connected worker's share of the quotas its flows
+//! spend, as server-sent events (design.md §10).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{RawQuery, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::error::{ApiError, Problem};
+use super::AppState;
+use crate::catalog::validate_name;
+use crate::store::{QuotaShare, Store};
+
+/// How often a stream renews its presence and reads the shares: a change
+/// reaches connected clients within about this.
+const BEAT_EVERY: Duration = Duration::from_secs(1);
+/// Most flows one stream may follow.
+const MAX_FLOWS: usize = 64;
+
+/// The `share` event: sent on connect and whenever a value changes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ShareEvent {
+    /// The quotas the stream's flows spend (unknown flows spend none).
+    pub quotas: Vec<QuotaShare>,
+}
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(stream))
+}
+
+/// Follow the shares of the quotas some flows spend: an `share` event (JSON
+/// data) on connect and on every change of a rate, a burst or the number of
+/// live clients; a comment every 15 s keeps idle connections open.
+#[utoipa::path(
+    get, path = "/v1/stream", tag = "reserve",
+    params(("flow" = Vec<String>, Query, description = "The flows this client reserves for; repeat it: ?flow=a&flow=b")),
+    responses(
+        (status = 200, description = "Server-sent events named `share`", body = ShareEvent, content_type = "text/event-stream"),
+        (status = 422, description = "No flow, or an invalid name", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn stream(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let flows = flows_of(query.as_deref().unwrap_or("")).map_err(ApiError::Invalid)?;
+    let (events, received) = mpsc::channel(4);
+    tokio::spawn(broadcast(state.store, state.store_timeout, flows, events));
+    let events = ReceiverStream::<Result<Event, Infallible>>::new(received);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+fn flows_of(query: &str) -> Result<Vec<String>, String> {
+    let mut flows: Vec<String> = form_urlencoded::parse(query.as_bytes())
+        .filter(|(key, _)| key == "flow")
+        .map(|(_, flow)| flow.into_owned())
+        .collect();
+    flows.sort();
+    flows.dedup();
+    if flows.is_empty() || flows.len() > MAX_FLOWS {
+        return Err(format!("give 1 to {MAX_FLOWS} flows: ?flow=a&flow=b"));
+    }
+    for flow in &flows {
+        validate_name(flow).map_err(|why| format!("flow `{flow}`: {why}"))?;
+    }
+    Ok(flows)
+}
+
+/// One connected client: its heartbeat and its events, until it goes.
+async fn broadcast(
+    store: Store,
+    store_timeout: Duration,
+    flows: Vec<String>,
+    events: mpsc::Sender<Result<Event, Infallible>>,
+) {
+    let mut id = None;
+    let mut sent: Option<Vec<QuotaShare>> = None;
+    let mut beat = tokio::time::interval(BEAT_EVERY);
+    loop {
+        tokio::select! {
+            _ = events.closed() => break,
+            _ = beat.tick() => {}
+        }
+        let shares = tokio::time::timeout(store_timeout, async {
+            match id {
+                Some(id) => store.beat_stream(id, &flows).await?,
+                None => id = Some(store.join_stream(&flows).await?),
+            }
+            store.stream_shares(&flows).await
+        })
+        .await;
+        let shares = match shares {
+            Ok(Ok(shares)) => shares,
+            // The last event stands; the next beat tries again.
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "share stream: store unavailable");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if sent.as_ref() == Some(&shares) {
+            continue;
+        }
+        let event = ShareEvent { quotas: shares };
+        let Ok(frame) = Event::default().event("share").json_data(&event) else {
+            break;
+        };
+        if events.send(Ok(frame)).await.is_err() {
+            break;
+        }
+        sent = Some(event.quotas);
+    }
+    if let Some(id) = id {
+        // Gone now, not after the 3 s a missing heartbeat takes.
+        let _ = tokio::time::timeout(store_timeout, store.leave_stream(id)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flows_are_the_repeated_flow_parameter() {
+        assert_eq!(
+            flows_of("flow=b&flow=a&other=x&flow=b").unwrap(),
+            ["a", "b"]
+        );
+        assert_eq!(flows_of("flow=team%2Finvoice").unwrap(), ["team/invoice"]);
+        assert!(flows_of("").is_err());
+        assert!(flows_of("flow=bad%20name").is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! `GET /v1/stream`: the share broadcast, read as a worker reads it.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::TestApp;
+
+/// A connected share stream, read event by event.
+struct ShareStream {
+    response: reqwest::Response,
+    buffered: String,
+}
+
+impl ShareStream {
+    async fn connect(app: &TestApp, query: &str) -> Self {
+        let response = app
+            .client
+            .get(format!("{}/v1/stream?{query}", app.base))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Self {
+            response,
+            buffered: String::new(),
+        }
+    }
+
+    /// The next `share` event's data, within `within`.
+    async fn next_share(&mut self, within: Duration) -> Value {
+        tokio::time::timeout(within, async {
+            loop {
+                if let Some(end) = self.buffered.find("\n\n") {
+                    let frame: String = self.buffered.drain(..end + 2).collect();
+                    if frame.lines().any(|line| line == "event: share") {
+                        let data = frame
+                            .lines()
+                            .find_map(|line| line.strip_prefix("data: "))
+                            .expect("a share event carries data");
+                        return serde_json::from_str(data).expect("JSON data");
+                    }
+                    continue;
+                }
+                let chunk = self.response.chunk().await.unwrap().expect("stream open");
+                self.buffered.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+        .await
+        .expect("a share event in time")
+    }
+}
+
+async fn put_quota(app: &TestApp, body: Value) {
+    app.admin_json(Method::PUT, "/v1/quotas/api", Some(body))
+        .await;
+}
+
+#[sqlx::test]
+async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    put_quota(
+        &app,
+        json!({"hourly_ceiling": 1000, "rate": 10.0, "burst": 5.0}),
+    )
+    .await;
+    app.admin_json(
+        Method::PUT,
+        "/v1/flows/invoice",
+        Some(json!({"quota": "api", "mode": "enforce"})),
+    )
+    .await;
+
+    let mut first = ShareStream::connect(&app, "flow=invoice&flow=nobody").await;
+    let share = first.next_share(Duration::from_secs(2)).await;
+    assert_eq!(
+        share,
+        json!({"quotas": [{"quota": "api", "rate": 10.0, "burst": 5.0, "clients": 1}]})
+    );
+
+    put_quota(
+        &app,
+        json!({"hourly_ceiling": 1000, "rate": 20.0, "burst": 5.0}),
+    )
+    .await;
+    // One beat (1 s) and the query: "about a second", with room for a busy CI.
+    let share = first.next_share(Duration::from_millis(1_800)).await;
+    assert_eq!(share["quotas"][0]["rate"], 20.0, "{share}");
+
+    // Another replica's client of the same quota counts too.
+    let other_replica = TestApp::spawn(pool.clone()).await;
+    let mut second = ShareStream::connect(&other_replica, "flow=invoice").await;
+    let share = second.next_share(Duration::from_secs(2)).await;
+    assert_eq!(share["quotas"][0]["clients"], 2, "{share}");
+    let share = first.next_share(Duration::from_millis(1_800)).await;
+    assert_eq!(share["quotas"][0]["clients"], 2, "{share}");
+
+    // A client that leaves stops counting at once.
+    drop(second);
+    let share = first.next_share(Duration::from_millis(2_500)).await;
+    assert_eq!(share["quotas"][0]["clients"], 1, "{share}");
+}
+
+#[sqlx::test]
+async fn a_stream_without_flows_is_refused(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let response = app
+        .client
+        .get(format!("{}/v1/stream", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+}
