@@ -59,6 +59,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = operator::connect(&config).await?;
             operator::report(&store, &config, quota.as_deref(), &since, ceiling).await?
         }
+        Command::Keys { command } => {
+            operator::keys::run(&operator::connect(&config).await?, command).await?
+        }
     }
     Ok(())
 }

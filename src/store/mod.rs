@@ -16,6 +16,7 @@ mod admin;
 mod bootstrap;
 pub mod claim;
 mod history;
+mod keys;
 mod paced;
 mod reserve;
 pub mod slots;
@@ -23,6 +24,7 @@ pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
+pub use keys::{ActiveKey, KeyRow};
 pub use paced::{take_paced, LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reserve::{
     first_lease_expiry, AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease,
