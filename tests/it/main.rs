@@ -8,6 +8,7 @@ mod config;
 mod dashboard;
 mod helpers;
 mod history;
+mod keys;
 mod metrics;
 mod openapi;
 mod operate;
