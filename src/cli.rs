@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
+use crate::auth::Role;
 use crate::catalog::{FlowPatch, Mode, Patch, QuotaPatch};
 
 #[derive(Debug, Parser)]
@@ -53,6 +54,34 @@ pub enum Command {
     /// unthrottled); 75: deferred, the seconds to wait on stdout; 69: the
     /// arbiter is unavailable after the retries; 64: bad usage.
     Reserve(ReserveArgs),
+    /// API keys for `auth = "keys"`: create (shown once), list, revoke.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key and print it once: only its hash is stored.
+    Create {
+        /// worker, operator or admin.
+        #[arg(long, value_parser = parse_role)]
+        role: Role,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// What the key is for, to recognise it in `keys list`.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Every key with its role, tenant and state; never a secret.
+    List,
+    /// Revoke a key by id: every replica refuses it within about a second.
+    Revoke { id: i64 },
+}
+
+fn parse_role(text: &str) -> Result<Role, String> {
+    text.parse()
 }
 
 #[derive(Debug, Args)]

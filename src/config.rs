@@ -11,6 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::AuthMode;
 use crate::catalog::{Mode, QuotaLimits};
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
@@ -29,6 +30,7 @@ const ENV_KEYS: &[&str] = &[
     "work_retention",
     "history_retention",
     "audit_retention",
+    "auth",
 ];
 
 /// `QUOTA_*` variables that belong to others on the same machine: the file
@@ -127,6 +129,9 @@ pub struct Config {
     #[serde(with = "humantime_serde_compat")]
     pub bypass_horizon: Duration,
     pub admin_token: Option<Secret>,
+    /// `open` (every caller trusted: a private network) or `keys` (API keys
+    /// and roles, design.md §4).
+    pub auth: AuthMode,
     /// `text` or `json`.
     pub log_format: LogFormat,
     /// Apply migrations when `serve` starts.
@@ -177,6 +182,7 @@ impl Default for Config {
             hourly_ceiling: 1000,
             bypass_horizon: Duration::from_secs(15 * 60),
             admin_token: None,
+            auth: AuthMode::Open,
             log_format: LogFormat::Text,
             migrate_on_start: true,
             store_timeout: Duration::from_millis(1500),
@@ -279,6 +285,7 @@ impl fmt::Debug for Config {
                 "admin_token",
                 &self.admin_token.as_ref().map(|_| "[redacted]"),
             )
+            .field("auth", &self.auth)
             .field("log_format", &self.log_format)
             .field("migrate_on_start", &self.migrate_on_start)
             .field("store_timeout", &self.store_timeout)

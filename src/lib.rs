@@ -2,6 +2,7 @@
 //! the single atomic arbiter. See docs/design.md for the contract.
 
 pub mod arbiter;
+pub mod auth;
 pub mod bypass;
 pub mod catalog;
 pub mod cli;

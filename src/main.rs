@@ -73,6 +73,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             operator::report(&store, &config, quota.as_deref(), &since, ceiling).await?
         }
         Command::Reserve(_) => unreachable!("answered before the configuration is loaded"),
+        Command::Keys { command } => {
+            operator::keys::run(&operator::connect(&config).await?, command).await?
+        }
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Operator commands: they talk to the database directly, so they work with no
 //! replica running, and every change they make is audited as `cli:<os user>`.
 
+pub mod keys;
+
 use std::str::FromStr;
 use std::time::Duration;
 

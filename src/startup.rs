@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 
 use crate::arbiter::Arbiter;
+use crate::auth::KeyRing;
 use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::clock::DbClock;
@@ -31,6 +32,9 @@ const FLUSH_EVERY: Duration = Duration::from_millis(250);
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// How long `build` waits for the store before serving anyway (not ready).
 const STARTUP_WAIT: Duration = Duration::from_secs(3);
+/// How long the record of which key took a lease is kept: far past the
+/// lease's own 60 s at most, so a late report still finds its holder.
+const LEASE_HOLDER_RETENTION: Duration = Duration::from_secs(3600);
 /// How long a graceful shutdown may spend writing the counts still in
 /// memory (statements answered late included) before giving them up.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -58,6 +62,7 @@ impl Application {
     pub async fn build_with_pool(config: Config, pool: PgPool) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(config.listen).await?;
         let store = Store::new(pool);
+        let keys = KeyRing::default();
         let (catalog, ledger, clock, metrics) = (
             Catalog::default(),
             Ledger::default(),
@@ -84,6 +89,8 @@ impl Application {
             catalog: catalog.clone(),
             metrics,
             admin_token: config.admin_token.clone(),
+            auth: config.auth,
+            keys: keys.clone(),
             default_ceiling: config.hourly_ceiling,
             store_timeout: config.store_timeout,
             lease_duration: config.lease_duration,
@@ -94,8 +101,14 @@ impl Application {
             (Pruned::Windows, config.history_retention),
             (Pruned::Tallies, config.history_retention),
             (Pruned::AuditTrail, config.audit_retention),
+            (Pruned::LeaseHolders, LEASE_HOLDER_RETENTION),
         ];
-        let bootstrap = tokio::spawn(bootstrap(config, store.clone(), catalog.clone()));
+        let bootstrap = tokio::spawn(bootstrap(
+            config,
+            store.clone(),
+            catalog.clone(),
+            keys.clone(),
+        ));
         // Serve at once when the store is there; otherwise start not ready and
         // let the bootstrap task keep trying.
         let bootstrap_done = tokio::time::timeout(STARTUP_WAIT, async {
@@ -109,8 +122,13 @@ impl Application {
         }
         let background = vec![
             bootstrap,
-            tokio::spawn(sync_loop(store.clone(), catalog.clone(), clock)),
-            tokio::spawn(listen_loop(store.clone(), catalog)),
+            tokio::spawn(sync_loop(
+                store.clone(),
+                catalog.clone(),
+                keys.clone(),
+                clock,
+            )),
+            tokio::spawn(listen_loop(store.clone(), catalog, keys)),
             tokio::spawn(prune_loop(store.clone(), retentions)),
         ];
         let (stop_flushing, stopped) = tokio::sync::watch::channel(false);
@@ -162,10 +180,10 @@ impl Application {
 }
 
 /// Creates the database, migrates and seeds, retrying until the store answers.
-async fn bootstrap(config: Config, store: Store, catalog: Catalog) {
+async fn bootstrap(config: Config, store: Store, catalog: Catalog, keys: KeyRing) {
     let mut delay = Duration::from_millis(250);
     loop {
-        match bootstrap_once(&config, &store, &catalog).await {
+        match bootstrap_once(&config, &store, &catalog, &keys).await {
             Ok(()) => return tracing::info!("store ready: migrations applied, catalog loaded"),
             Err(error) => {
                 tracing::warn!(error = %format!("{error:#}"), "store not ready; retrying")
@@ -176,17 +194,23 @@ async fn bootstrap(config: Config, store: Store, catalog: Catalog) {
     }
 }
 
-async fn bootstrap_once(config: &Config, store: &Store, catalog: &Catalog) -> anyhow::Result<()> {
+async fn bootstrap_once(
+    config: &Config,
+    store: &Store,
+    catalog: &Catalog,
+    keys: &KeyRing,
+) -> anyhow::Result<()> {
     if config.migrate_on_start {
         store::ensure_database(config).await?;
         store::migrate(store.pool()).await?;
     }
     store::seed_catalog(store.pool(), config).await?;
+    keys.refresh(store).await?;
     catalog.refresh(store.pool()).await?;
     Ok(())
 }
 
-async fn sync_loop(store: Store, catalog: Catalog, clock: DbClock) {
+async fn sync_loop(store: Store, catalog: Catalog, keys: KeyRing, clock: DbClock) {
     let mut tick = tokio::time::interval(SYNC_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut healthy = true;
@@ -194,6 +218,7 @@ async fn sync_loop(store: Store, catalog: Catalog, clock: DbClock) {
         tick.tick().await;
         let synced = async {
             clock.note(store.read_clock().await?);
+            keys.refresh(&store).await?;
             catalog.refresh(store.pool()).await
         }
         .await;
@@ -212,21 +237,23 @@ async fn sync_loop(store: Store, catalog: Catalog, clock: DbClock) {
 }
 
 /// Reloads the catalog as soon as the database announces a change, so a flip
-/// made anywhere (SQL, CLI, API) is obeyed within milliseconds.
-async fn listen_loop(store: Store, catalog: Catalog) {
+/// made anywhere (SQL, CLI, API) is obeyed within milliseconds; so is a key
+/// created or revoked (the `api_key` trigger notifies on the same channel).
+async fn listen_loop(store: Store, catalog: Catalog, keys: KeyRing) {
     loop {
-        if let Err(error) = listen_once(&store, &catalog).await {
+        if let Err(error) = listen_once(&store, &catalog, &keys).await {
             tracing::debug!(%error, "catalog listener lost; reconnecting");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-async fn listen_once(store: &Store, catalog: &Catalog) -> Result<(), sqlx::Error> {
+async fn listen_once(store: &Store, catalog: &Catalog, keys: &KeyRing) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect_with(store.pool()).await?;
     listener.listen(CATALOG_CHANNEL).await?;
     loop {
         // Also after (re)connecting: changes made meanwhile were not announced to us.
+        keys.refresh(store).await?;
         catalog.refresh(store.pool()).await?;
         // `None`: the connection dropped; sqlx reconnects on the next call.
         listener.try_recv().await?;
@@ -254,6 +281,7 @@ enum Pruned {
     Windows,
     Tallies,
     AuditTrail,
+    LeaseHolders,
 }
 
 impl Pruned {
@@ -268,6 +296,7 @@ impl Pruned {
             Pruned::Windows => store.prune_windows(retention, batch).await,
             Pruned::Tallies => store.prune_tallies(retention, batch).await,
             Pruned::AuditTrail => store.prune_audit(retention, batch).await,
+            Pruned::LeaseHolders => store.prune_lease_holders(retention, batch).await,
         }
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::reserve::ReserveBody;
@@ -98,6 +99,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 pub async fn reserve_batch(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<BatchBody>,
 ) -> Result<Json<BatchDecisions>, ApiError> {
     if body.items.is_empty() || body.items.len() > MAX_BATCH_ITEMS {
@@ -115,6 +117,9 @@ pub async fn reserve_batch(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let decisions = state.arbiter.decide_batch(&state.bypass, &requests).await?;
+    caller
+        .took(&state, decisions.iter().filter_map(|d| d.lease_id))
+        .await;
     Ok(Json(BatchDecisions {
         decisions: requests
             .into_iter()

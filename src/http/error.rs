@@ -29,8 +29,10 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("request body too large")]
     PayloadTooLarge,
-    #[error("missing or wrong admin bearer token")]
+    #[error("missing or wrong bearer token")]
     Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
     #[error("the admin API is disabled: set QUOTA_ADMIN_TOKEN to enable it")]
     AdminDisabled,
     #[error("{0}")]
@@ -86,6 +88,7 @@ impl ApiError {
                 "Request body too large",
             ),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             ApiError::AdminDisabled => (StatusCode::FORBIDDEN, "forbidden", "Admin API disabled"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),

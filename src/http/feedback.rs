@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
@@ -102,12 +103,14 @@ pub struct FeedbackAnswer {
         (status = 422, body = Problem), (status = 503, body = Problem)))]
 pub async fn report_upstream(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<FeedbackBody>,
 ) -> Result<Json<FeedbackAnswer>, ApiError> {
     body.validated().map_err(ApiError::Invalid)?;
     let quota = reported_quota(&state, &body)?;
     let mut answer = FeedbackAnswer::default();
     if let Some(lease_id) = body.lease_id {
+        caller.may_release(&state, lease_id).await?;
         let held = body.duration_ms.map(|ms| ms as f64 / 1000.0);
         let holder = LeaseHolder {
             flow: body.flow.clone(),

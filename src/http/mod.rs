@@ -1,6 +1,7 @@
 //! The HTTP surface (design.md §4): one router per module, merged here.
 
 mod admin;
+mod auth;
 mod batch;
 mod contract;
 mod dashboard;
@@ -32,6 +33,7 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::arbiter::{Arbiter, StoreUnavailable};
+use crate::auth::{AuthMode, KeyRing};
 use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::config::Secret;
@@ -52,6 +54,9 @@ pub struct AppState {
     pub catalog: Catalog,
     pub metrics: Metrics,
     pub admin_token: Option<Secret>,
+    /// `keys`: who may call what is checked (design.md §4).
+    pub auth: AuthMode,
+    pub keys: KeyRing,
     pub default_ceiling: i64,
     pub store_timeout: Duration,
     /// How long a claimed work item is leased before it counts as pending again.
@@ -136,6 +141,10 @@ pub fn app(state: AppState) -> Router {
         )
         .fallback(|| async { ApiError::NotFound("no such resource".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(

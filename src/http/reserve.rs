@@ -8,6 +8,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
@@ -51,6 +52,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 pub async fn reserve(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<ReserveBody>,
 ) -> Result<(HeaderMap, Json<Decision>), ApiError> {
     let request = SlotRequest::new(body.flow, body.count, body.deadline, body.reference)
@@ -60,6 +62,7 @@ pub async fn reserve(
         Some(decision) => decision,
         None => state.arbiter.decide(&request).await?,
     };
+    caller.took(&state, decision.lease_id).await;
     let mut headers = HeaderMap::new();
     if let Some(seconds) = decision.retry_after_seconds {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));

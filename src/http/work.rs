@@ -9,6 +9,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
 use super::AppState;
@@ -168,6 +169,7 @@ pub async fn enqueue(
         (status = 422, body = Problem), (status = 503, body = Problem)))]
 pub async fn claim(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<(HeaderMap, Json<Claim>), ApiError> {
     input::name(&body.worker).map_err(invalid("`worker`"))?;
@@ -187,6 +189,8 @@ pub async fn claim(
         lease: state.lease_duration,
     };
     let claim = state.arbiter.claim(&state.bypass, &request).await?;
+    let leases = claim.items.iter().filter_map(|c| c.decision.lease_id);
+    caller.took(&state, leases).await;
     let mut headers = HeaderMap::new();
     if let Some(seconds) = claim.retry_after_seconds {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));

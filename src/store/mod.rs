@@ -16,6 +16,7 @@ mod admin;
 mod bootstrap;
 pub mod claim;
 mod history;
+mod keys;
 mod paced;
 mod reach;
 mod reserve;
@@ -25,6 +26,7 @@ pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
+pub use keys::{ActiveKey, KeyRow};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reach::unreachable;
 pub use reserve::{AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease};

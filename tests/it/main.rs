@@ -9,6 +9,7 @@ mod dashboard;
 mod helpers;
 mod history;
 mod input;
+mod keys;
 mod metrics;
 mod openapi;
 mod operate;

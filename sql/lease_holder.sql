@@ -1,0 +1,2 @@
+-- The key that took lease $1, if one is recorded.
+SELECT key_id FROM lease_holder WHERE lease_id = $1

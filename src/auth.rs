@@ -1,0 +1,348 @@
+//! Who may call what (design.md §4): API keys, their roles, and the one table
+//! from a route to the least role that may call it. Pure rules here; the
+//! middleware in `http::auth` and the key ring's refresh are the I/O around them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+
+use axum::http::Method;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::Secret;
+use crate::store::{ActiveKey, Store};
+
+/// What every key starts with, so a leaked one is recognisable (secret scanners).
+pub const KEY_PREFIX: &str = "qa_";
+/// 256 random bits per key.
+const KEY_BYTES: usize = 32;
+
+/// `open`: every caller is trusted, as on a private network; `keys`: every
+/// call but health, readiness and the OpenAPI document needs a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    #[default]
+    Open,
+    Keys,
+}
+
+/// Ordered: each role may do what the ones below it may. An operator only
+/// reads; a worker spends quota and also reads the views of what it spends;
+/// an admin does everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Operator,
+    Worker,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Operator => "operator",
+            Role::Worker => "worker",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "worker" => Ok(Role::Worker),
+            "operator" => Ok(Role::Operator),
+            "admin" => Ok(Role::Admin),
+            other => Err(format!(
+                "unknown role `{other}` (worker, operator or admin)"
+            )),
+        }
+    }
+}
+
+/// What a route needs in `keys` mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Probes and the API description: no key.
+    Open,
+    AtLeast(Role),
+}
+
+/// The role table: the least role that may call `method path`. Anything not
+/// named (every other write, the catalog, unknown paths) is for admins, so a
+/// new route is closed until it is placed here.
+pub fn required_access(method: &Method, path: &str) -> Access {
+    let read = method == Method::GET || method == Method::HEAD;
+    let write = method == Method::POST;
+    match path {
+        "/healthz" | "/readyz" | "/openapi.json" if read => Access::Open,
+        "/" | "/metrics" | "/v1/windows" | "/v1/report" if read => Access::AtLeast(Role::Operator),
+        "/v1/reserve" | "/v1/reserve/batch" | "/v1/report" | "/v1/work" | "/v1/work/claim"
+            if write =>
+        {
+            Access::AtLeast(Role::Worker)
+        }
+        _ => match work_item_action(path) {
+            Some("") if read => Access::AtLeast(Role::Worker),
+            Some("done" | "release") if write => Access::AtLeast(Role::Worker),
+            _ => Access::AtLeast(Role::Admin),
+        },
+    }
+}
+
+/// `/v1/work/{id}` → `""`, `/v1/work/{id}/done` → `"done"`.
+fn work_item_action(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1/work/")?;
+    let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
+    (!id.is_empty() && !action.contains('/')).then_some(action)
+}
+
+/// A caller that presented a key the replica accepts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// `None`: the bootstrap admin token, which is no stored key.
+    pub key_id: Option<i64>,
+    pub role: Role,
+    pub tenant: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// No key, or one nobody issued (or revoked): 401.
+    Unauthenticated,
+    /// A key whose role is below the route's: 403.
+    Forbidden { needed: Role },
+}
+
+/// Whether `caller` may call a route that needs `access`.
+pub fn authorize(access: Access, caller: Option<&Principal>) -> Result<(), Denied> {
+    match (access, caller) {
+        (Access::Open, _) => Ok(()),
+        (Access::AtLeast(_), None) => Err(Denied::Unauthenticated),
+        (Access::AtLeast(needed), Some(caller)) if caller.role < needed => {
+            Err(Denied::Forbidden { needed })
+        }
+        (Access::AtLeast(_), Some(_)) => Ok(()),
+    }
+}
+
+/// Only the key that took a lease frees it, or an admin. A lease with no
+/// recorded holder (taken in `open` mode, or its record pruned) is an admin's.
+pub fn may_release(caller: &Principal, holder: Option<i64>) -> bool {
+    caller.role == Role::Admin || (caller.key_id.is_some() && caller.key_id == holder)
+}
+
+/// A new key: the prefix and 256 bits from the operating system's generator.
+pub fn new_key() -> std::io::Result<String> {
+    let mut bytes = [0u8; KEY_BYTES];
+    getrandom::getrandom(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(format!("{KEY_PREFIX}{}", hex::encode(bytes)))
+}
+
+/// What is stored of a key. One SHA-256 is enough here, unlike for a
+/// password: a key carries 256 random bits, so there is no dictionary to try
+/// and no faster way in than guessing 2^256 values; a deliberately slow hash
+/// (argon2, bcrypt) would add nothing but its cost to every request.
+pub fn key_hash(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// The keys this replica accepts, by hash: checking a key costs a hash and a
+/// map lookup, no round trip. Refreshed with the catalog, on its notification.
+#[derive(Clone, Default)]
+pub struct KeyRing {
+    keys: Arc<RwLock<HashMap<[u8; 32], Principal>>>,
+}
+
+impl KeyRing {
+    pub async fn refresh(&self, store: &Store) -> Result<(), sqlx::Error> {
+        let keys = store
+            .active_keys()
+            .await?
+            .into_iter()
+            .filter_map(accepted)
+            .collect();
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+        Ok(())
+    }
+
+    /// The caller an `Authorization` header names: a stored key or the
+    /// bootstrap admin token.
+    pub fn caller(&self, authorization: Option<&str>, token: Option<&Secret>) -> Option<Principal> {
+        let presented = authorization?.strip_prefix("Bearer ")?.trim();
+        // Constant-time, so the comparison does not leak how much matched.
+        if token.is_some_and(|t| bool::from(presented.as_bytes().ct_eq(t.expose().as_bytes()))) {
+            return Some(Principal {
+                key_id: None,
+                role: Role::Admin,
+                tenant: None,
+            });
+        }
+        // The lookup is by hash: timing can tell at most about the hash of a
+        // wrong key, nothing about a right one.
+        self.keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key_hash(presented))
+            .cloned()
+    }
+}
+
+/// A stored key as the ring holds it; one with a role this build does not
+/// know (the table's CHECK allows none) is refused rather than guessed at.
+fn accepted(key: ActiveKey) -> Option<([u8; 32], Principal)> {
+    let hash: [u8; 32] = key.hash.try_into().ok()?;
+    let role = key.role.parse().ok()?;
+    Some((
+        hash,
+        Principal {
+            key_id: Some(key.id),
+            role,
+            tenant: key.tenant,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: i64, role: Role) -> Principal {
+        Principal {
+            key_id: Some(id),
+            role,
+            tenant: None,
+        }
+    }
+
+    #[test]
+    fn probes_and_the_api_description_are_open() {
+        for path in ["/healthz", "/readyz", "/openapi.json"] {
+            assert_eq!(required_access(&Method::GET, path), Access::Open, "{path}");
+            assert_eq!(
+                required_access(&Method::POST, path),
+                Access::AtLeast(Role::Admin),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn views_are_for_operators() {
+        for path in ["/", "/metrics", "/v1/windows", "/v1/report"] {
+            assert_eq!(
+                required_access(&Method::GET, path),
+                Access::AtLeast(Role::Operator),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn spending_and_reporting_are_for_workers() {
+        let worker = Access::AtLeast(Role::Worker);
+        for path in [
+            "/v1/reserve",
+            "/v1/reserve/batch",
+            "/v1/report",
+            "/v1/work",
+            "/v1/work/claim",
+            "/v1/work/17/done",
+            "/v1/work/17/release",
+        ] {
+            assert_eq!(required_access(&Method::POST, path), worker, "{path}");
+        }
+        assert_eq!(required_access(&Method::GET, "/v1/work/17"), worker);
+    }
+
+    #[test]
+    fn the_catalog_every_other_write_and_unknown_paths_are_for_admins() {
+        let admin = Access::AtLeast(Role::Admin);
+        for (method, path) in [
+            (Method::GET, "/v1/quotas"),
+            (Method::PUT, "/v1/quotas/ppf"),
+            (Method::PATCH, "/v1/flows/invoice"),
+            (Method::DELETE, "/v1/flows/invoice"),
+            (Method::DELETE, "/v1/work/17"),
+            (Method::POST, "/v1/work/17/other"),
+            (Method::POST, "/v1/work//done"),
+            (Method::GET, "/v1/work/17/done/x"),
+            (Method::GET, "/v1/reserve"),
+            (Method::GET, "/v1/unknown"),
+            (Method::GET, "/healthz/"),
+        ] {
+            assert_eq!(required_access(&method, path), admin, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn a_role_passes_where_it_reaches_and_no_further() {
+        let order = [Role::Operator, Role::Worker, Role::Admin];
+        for (i, needed) in order.iter().enumerate() {
+            for (j, role) in order.iter().enumerate() {
+                let answer = authorize(Access::AtLeast(*needed), Some(&key(1, *role)));
+                if j >= i {
+                    assert_eq!(answer, Ok(()), "{role} on a {needed} route");
+                } else {
+                    assert_eq!(answer, Err(Denied::Forbidden { needed: *needed }));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_key_is_unauthenticated_except_on_open_routes() {
+        assert_eq!(
+            authorize(Access::AtLeast(Role::Operator), None),
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(authorize(Access::Open, None), Ok(()));
+    }
+
+    #[test]
+    fn only_the_taker_or_an_admin_frees_a_lease() {
+        assert!(may_release(&key(1, Role::Worker), Some(1)));
+        assert!(!may_release(&key(2, Role::Worker), Some(1)));
+        assert!(!may_release(&key(2, Role::Worker), None));
+        assert!(may_release(&key(3, Role::Admin), Some(1)));
+        assert!(may_release(&key(3, Role::Admin), None));
+        let token = Principal {
+            key_id: None,
+            role: Role::Admin,
+            tenant: None,
+        };
+        assert!(may_release(&token, Some(1)));
+    }
+
+    #[test]
+    fn keys_are_long_random_and_recognisable() {
+        let (a, b) = (new_key().unwrap(), new_key().unwrap());
+        assert!(a.starts_with(KEY_PREFIX));
+        assert_eq!(a.len(), KEY_PREFIX.len() + 2 * KEY_BYTES);
+        assert_ne!(a, b);
+        assert_ne!(key_hash(&a), key_hash(&b));
+    }
+
+    #[test]
+    fn the_bootstrap_token_is_an_admin_and_unknown_keys_are_nobody() {
+        let ring = KeyRing::default();
+        let token = Secret("bootstrap".into());
+        let caller = ring.caller(Some("Bearer bootstrap"), Some(&token)).unwrap();
+        assert_eq!(caller.role, Role::Admin);
+        assert_eq!(caller.key_id, None);
+        assert_eq!(ring.caller(Some("Bearer bootstra"), Some(&token)), None);
+        assert_eq!(ring.caller(Some("bootstrap"), Some(&token)), None);
+        assert_eq!(ring.caller(None, Some(&token)), None);
+    }
+}

@@ -1,0 +1,328 @@
+//! API keys and roles (`auth = "keys"`): the CLI, each role against each
+//! class of endpoint, revocation across replicas, lease ownership, and
+//! `open` mode as it was.
+
+use std::time::{Duration, Instant};
+
+use quota_arbiter::auth::{self, AuthMode};
+use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::store::Store;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{
+    cli, create_flow, database_url, eventually, postgres_host_port, set_limits, stdout,
+    test_config, Replica, TestApp, ADMIN_TOKEN,
+};
+
+/// A key straight in the table, as `keys create` stores it.
+async fn key(pool: &PgPool, role: &str) -> String {
+    let key = auth::new_key().unwrap();
+    Store::new(pool.clone())
+        .create_key(None, role, None, &auth::key_hash(&key))
+        .await
+        .unwrap();
+    key
+}
+
+async fn keys_app(pool: &PgPool) -> TestApp {
+    let config = quota_arbiter::config::Config {
+        auth: AuthMode::Keys,
+        ..test_config()
+    };
+    TestApp::spawn_with(pool.clone(), config).await
+}
+
+/// Calls `method path` (a JSON body on writes) with `key`, if any.
+async fn call(
+    client: &reqwest::Client,
+    base: &str,
+    key: Option<&str>,
+    (method, path, body): &(Method, &str, Option<Value>),
+) -> reqwest::Response {
+    let mut request = client.request(method.clone(), format!("{base}{path}"));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    request.send().await.expect("request sent")
+}
+
+async fn problem_type(response: reqwest::Response) -> String {
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: Value = response.json().await.unwrap();
+    problem["type"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[sqlx::test]
+async fn keys_are_created_once_listed_without_secrets_and_revoked(pool: PgPool) {
+    let created = cli(
+        &pool,
+        &[
+            "keys", "create", "--role", "worker", "--tenant", "acme", "--name", "ci",
+        ],
+    )
+    .await;
+    let key = stdout(&created).trim().to_string();
+    assert!(key.starts_with("qa_") && key.len() >= 3 + 32, "{key}");
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT hash FROM api_key")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, auth::key_hash(&key), "only the hash is stored");
+
+    let listed = stdout(&cli(&pool, &["keys", "list"]).await);
+    assert!(!listed.contains(&key[3..]), "never a secret: {listed}");
+    let row = listed.lines().nth(1).expect("one key listed");
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&fields[..4], ["1", "worker", "acme", "ci"], "{row}");
+    assert_eq!(fields.last(), Some(&"-"), "not revoked: {row}");
+
+    stdout(&cli(&pool, &["keys", "revoke", "1"]).await);
+    let listed = stdout(&cli(&pool, &["keys", "list"]).await);
+    assert_ne!(
+        listed.lines().nth(1).unwrap().split_whitespace().last(),
+        Some("-")
+    );
+    assert!(!cli(&pool, &["keys", "revoke", "2"]).await.status.success());
+    let bad_role = cli(&pool, &["keys", "create", "--role", "root"]).await;
+    assert!(!bad_role.status.success());
+}
+
+#[sqlx::test]
+async fn each_role_reaches_its_class_of_endpoint_and_no_further(pool: PgPool) {
+    create_flow(&pool, "ppf", 1000, "invoice", "enforce").await;
+    let (operator, worker, admin) = (
+        key(&pool, "operator").await,
+        key(&pool, "worker").await,
+        key(&pool, "admin").await,
+    );
+    let app = keys_app(&pool).await;
+    let open = (Method::GET, "/healthz", None);
+    let views = [
+        (Method::GET, "/", None),
+        (Method::GET, "/metrics", None),
+        (Method::GET, "/v1/windows", None),
+        (Method::GET, "/v1/report", None),
+    ];
+    let work = [
+        (
+            Method::POST,
+            "/v1/reserve",
+            Some(json!({"flow": "invoice"})),
+        ),
+        (
+            Method::POST,
+            "/v1/reserve/batch",
+            Some(json!({"items": [{"flow": "invoice"}]})),
+        ),
+        (
+            Method::POST,
+            "/v1/report",
+            Some(json!({"flow": "invoice", "status": 429})),
+        ),
+    ];
+    let writes = [
+        (Method::GET, "/v1/quotas", None),
+        (
+            Method::PUT,
+            "/v1/quotas/other",
+            Some(json!({"hourly_ceiling": 5})),
+        ),
+    ];
+    let classes: [(&str, Vec<_>); 3] = [
+        ("views", views.to_vec()),
+        ("work", work.to_vec()),
+        ("admin", writes.to_vec()),
+    ];
+    // Which classes each caller reaches; the others answer 403 (401 without a key).
+    let callers = [
+        (None, vec![]),
+        (Some(operator.as_str()), vec!["views"]),
+        (Some(worker.as_str()), vec!["views", "work"]),
+        (Some(admin.as_str()), vec!["views", "work", "admin"]),
+        (Some(ADMIN_TOKEN), vec!["views", "work", "admin"]),
+        (Some("qa_0000"), vec![]),
+    ];
+    for (caller, reaches) in &callers {
+        let response = call(&app.client, &app.base, *caller, &open).await;
+        assert_eq!(response.status(), StatusCode::OK, "{caller:?} on /healthz");
+        for (class, routes) in &classes {
+            for route in routes {
+                let response = call(&app.client, &app.base, *caller, route).await;
+                let status = response.status();
+                let what = format!("{caller:?} on {} {}", route.0, route.1);
+                if reaches.contains(class) {
+                    assert!(status.is_success(), "{what}: {status}");
+                } else if caller.is_none() || *caller == Some("qa_0000") {
+                    assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
+                    assert_eq!(problem_type(response).await, "unauthorized", "{what}");
+                } else {
+                    assert_eq!(status, StatusCode::FORBIDDEN, "{what}");
+                    assert_eq!(problem_type(response).await, "forbidden", "{what}");
+                }
+            }
+        }
+    }
+    let spec = call(
+        &app.client,
+        &app.base,
+        None,
+        &(Method::GET, "/openapi.json", None),
+    )
+    .await;
+    assert_eq!(spec.status(), StatusCode::OK);
+}
+
+async fn reserve_with(app: &TestApp, key: &str) -> Decision {
+    let response = call(
+        &app.client,
+        &app.base,
+        Some(key),
+        &(
+            Method::POST,
+            "/v1/reserve",
+            Some(json!({"flow": "invoice"})),
+        ),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+async fn release_with(app: &TestApp, key: &str, lease_id: i64) -> reqwest::Response {
+    let body = json!({"flow": "invoice", "lease_id": lease_id});
+    call(
+        &app.client,
+        &app.base,
+        Some(key),
+        &(Method::POST, "/v1/report", Some(body)),
+    )
+    .await
+}
+
+#[sqlx::test]
+async fn only_the_key_that_took_a_lease_or_an_admin_frees_it(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 1").await;
+    let (alice, mallory, admin) = (
+        key(&pool, "worker").await,
+        key(&pool, "worker").await,
+        key(&pool, "admin").await,
+    );
+    let app = keys_app(&pool).await;
+
+    let held = reserve_with(&app, &alice).await;
+    let lease_id = held.lease_id.expect("a grant holds a lease");
+    let stolen = release_with(&app, &mallory, lease_id).await;
+    assert_eq!(stolen.status(), StatusCode::FORBIDDEN);
+    assert_eq!(problem_type(stolen).await, "forbidden");
+    let still_full = reserve_with(&app, &mallory).await;
+    assert_eq!(
+        still_full.outcome,
+        Outcome::Deferred,
+        "the lease stays held"
+    );
+
+    let freed = release_with(&app, &alice, lease_id).await;
+    assert_eq!(freed.status(), StatusCode::OK);
+    let freed: Value = freed.json().await.unwrap();
+    assert_eq!(freed["released"], true);
+
+    let taken = reserve_with(&app, &mallory).await;
+    let lease_id = taken.lease_id.expect("the place is free again");
+    let by_admin = release_with(&app, &admin, lease_id).await;
+    assert_eq!(by_admin.status(), StatusCode::OK);
+    let by_admin: Value = by_admin.json().await.unwrap();
+    assert_eq!(by_admin["released"], true, "an admin frees any lease");
+}
+
+#[sqlx::test]
+async fn a_revoked_key_is_refused_on_another_replica_within_a_second(pool: PgPool) {
+    let url = database_url(&pool, &postgres_host_port()).await;
+    let keys_mode = [("QUOTA_AUTH", "keys")];
+    let (first, second) = (
+        Replica::spawn_with(&url, &keys_mode).await,
+        Replica::spawn_with(&url, &keys_mode).await,
+    );
+    let client = reqwest::Client::new();
+    let metrics = (Method::GET, "/metrics", None);
+    let status = |replica: &Replica, key: String| {
+        let (client, base, route) = (client.clone(), replica.base.clone(), metrics.clone());
+        async move { call(&client, &base, Some(&key), &route).await.status() }
+    };
+
+    let created = Instant::now();
+    let key = stdout(&cli(&pool, &["keys", "create", "--role", "operator"]).await)
+        .trim()
+        .to_string();
+    for replica in [&first, &second] {
+        let seen = eventually(Duration::from_secs(1), StatusCode::OK, || {
+            status(replica, key.clone())
+        })
+        .await;
+        assert_eq!(seen, StatusCode::OK, "a new key is accepted everywhere");
+    }
+    assert!(created.elapsed() < Duration::from_secs(3));
+
+    stdout(&cli(&pool, &["keys", "revoke", "1"]).await);
+    let revoked = Instant::now();
+    let refused = eventually(Duration::from_secs(3), StatusCode::UNAUTHORIZED, || {
+        status(&second, key.clone())
+    })
+    .await;
+    assert_eq!(refused, StatusCode::UNAUTHORIZED);
+    assert!(
+        revoked.elapsed() <= Duration::from_secs(1),
+        "refused after {:?}, not within a second",
+        revoked.elapsed()
+    );
+    assert_eq!(status(&first, key.clone()).await, StatusCode::UNAUTHORIZED);
+}
+
+#[sqlx::test]
+async fn open_mode_trusts_every_caller_as_before(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 1").await;
+    let worker = key(&pool, "worker").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for route in [
+        (Method::GET, "/", None),
+        (Method::GET, "/metrics", None),
+        (
+            Method::POST,
+            "/v1/report",
+            Some(json!({"flow": "invoice", "status": 200})),
+        ),
+    ] {
+        let response = call(&app.client, &app.base, None, &route).await;
+        assert_eq!(response.status(), StatusCode::OK, "{} {}", route.0, route.1);
+    }
+    // Keys are no admin token in `open` mode: the admin API is as it was.
+    let quotas = (Method::GET, "/v1/quotas", None);
+    let with_key = call(&app.client, &app.base, Some(&worker), &quotas).await;
+    assert_eq!(with_key.status(), StatusCode::UNAUTHORIZED);
+    let with_token = call(&app.client, &app.base, Some(ADMIN_TOKEN), &quotas).await;
+    assert_eq!(with_token.status(), StatusCode::OK);
+    // There are no keys to own leases: whoever shows a lease id frees it.
+    let held = app.reserve(json!({"flow": "invoice"})).await;
+    let freed = app
+        .post_json(
+            "/v1/report",
+            json!({"flow": "invoice", "lease_id": held.lease_id.unwrap()}),
+        )
+        .await;
+    assert_eq!(freed["released"], true);
+}
