@@ -152,12 +152,11 @@ fn document_failures(operation: &mut Operation) {
     if !parameters.is_empty() {
         failures.push(("422", "A parameter breaks its rule; the detail names it"));
     }
-    if operation.security.is_some() {
-        failures.extend([
-            ("401", "Missing or wrong admin bearer token"),
-            ("403", "The admin API is disabled (no QUOTA_ADMIN_TOKEN)"),
-        ]);
-    }
+    // Admin operations always; every other one with `QUOTA_AUTH=keys`.
+    failures.extend([
+        ("401", "Missing, unknown or revoked bearer token (admin operations; every operation with QUOTA_AUTH=keys)"),
+        ("403", "The key's role is too low, another key's lease, or the admin API is disabled (no QUOTA_ADMIN_TOKEN)"),
+    ]);
     let responses = &mut operation.responses.responses;
     for (status, description) in failures {
         responses.entry(status.to_string()).or_insert_with(|| {
