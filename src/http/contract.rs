@@ -6,7 +6,7 @@
 use serde_json::json;
 use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::schema::{
-    AllOfBuilder, KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type,
+    AllOfBuilder, ArrayBuilder, KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type,
 };
 use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, OpenApi, Ref, RefOr, ResponseBuilder, Schema,
@@ -110,6 +110,15 @@ fn constrain_parameters(operation: &mut Operation) {
     for parameter in operation.parameters.iter_mut().flatten() {
         let schema: Schema = match (parameter.name.as_str(), &parameter.parameter_in) {
             ("name" | "quota", _) => input::schema::name(),
+            // Repeated: `?flow=a&flow=b`, at least one.
+            ("flow", ParameterIn::Query) => {
+                parameter.required = utoipa::openapi::Required::True;
+                ArrayBuilder::new()
+                    .items(RefOr::T(input::schema::name()))
+                    .min_items(Some(1))
+                    .max_items(Some(super::stream::MAX_FLOWS))
+                    .into()
+            }
             ("since", ParameterIn::Query) => input::schema::duration(),
             ("id", ParameterIn::Path) => ObjectBuilder::new()
                 .schema_type(SchemaType::Type(Type::Integer))

@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -22,7 +24,7 @@ use crate::store::{QuotaShare, Store};
 /// reaches connected clients within about this.
 const BEAT_EVERY: Duration = Duration::from_secs(1);
 /// Most flows one stream may follow.
-const MAX_FLOWS: usize = 64;
+pub(super) const MAX_FLOWS: usize = 64;
 
 /// The `share` event: sent on connect and whenever a value changes.
 #[derive(Debug, Serialize, ToSchema)]
@@ -30,6 +32,33 @@ pub struct ShareEvent {
     /// The quotas the stream's flows spend (unknown flows spend none).
     pub quotas: Vec<QuotaShare>,
 }
+
+/// One frame as the SSE wire carries it: the event's name, and its data, a
+/// [`ShareEvent`] written as JSON.
+pub struct ShareFrame;
+
+impl utoipa::PartialSchema for ShareFrame {
+    fn schema() -> RefOr<Schema> {
+        let name = ObjectBuilder::new()
+            .schema_type(SchemaType::Type(Type::String))
+            .enum_values(Some(["share"]));
+        let data = ObjectBuilder::new()
+            .schema_type(SchemaType::Type(Type::String))
+            .content_media_type("application/json")
+            .description(Some(
+                r#"A ShareEvent: {"quotas": [{"quota", "rate", "burst", "clients"}]}"#,
+            ));
+        ObjectBuilder::new()
+            .schema_type(SchemaType::Type(Type::Object))
+            .property("event", name)
+            .required("event")
+            .property("data", data)
+            .required("data")
+            .into()
+    }
+}
+
+impl ToSchema for ShareFrame {}
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(stream))
@@ -42,7 +71,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     get, path = "/v1/stream", tag = "reserve",
     params(("flow" = Vec<String>, Query, description = "The flows this client reserves for; repeat it: ?flow=a&flow=b")),
     responses(
-        (status = 200, description = "Server-sent events named `share`", body = ShareEvent, content_type = "text/event-stream"),
+        (status = 200, description = "Server-sent events named `share`", body = ShareFrame, content_type = "text/event-stream"),
         (status = 422, description = "No flow, or an invalid name", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -64,11 +93,12 @@ fn flows_of(query: &str) -> Result<Vec<String>, String> {
         .filter(|(key, _)| key == "flow")
         .map(|(_, flow)| flow.into_owned())
         .collect();
-    flows.sort();
-    flows.dedup();
+    // Counted as given, as the document's maxItems counts them.
     if flows.is_empty() || flows.len() > MAX_FLOWS {
         return Err(format!("give 1 to {MAX_FLOWS} flows: ?flow=a&flow=b"));
     }
+    flows.sort();
+    flows.dedup();
     for flow in &flows {
         validate_name(flow).map_err(|why| format!("flow `{flow}`: {why}"))?;
     }
