@@ -60,6 +60,10 @@ impl TestApp {
         post_reserve(&self.client, &self.base, body).await
     }
 
+    pub async fn post_batch(&self, body: Value) -> reqwest::Response {
+        post_batch(&self.client, &self.base, body).await
+    }
+
     pub async fn reserve(&self, body: Value) -> Decision {
         let response = self.post_reserve(body).await;
         assert_eq!(response.status(), 200, "reserve answers 200");
@@ -109,6 +113,31 @@ pub async fn post_reserve(client: &reqwest::Client, base: &str, body: Value) -> 
         .send()
         .await
         .expect("request sent")
+}
+
+pub async fn post_batch(client: &reqwest::Client, base: &str, body: Value) -> reqwest::Response {
+    client
+        .post(format!("{base}/v1/reserve/batch"))
+        .json(&body)
+        .send()
+        .await
+        .expect("request sent")
+}
+
+/// Each item's outcome of a batch answer, in order, after checking that an
+/// `unavailable` item says when to ask again.
+pub async fn batch_outcomes(answer: reqwest::Response) -> Vec<String> {
+    let body: Value = answer.json().await.expect("a batch answer");
+    let decisions = body["decisions"].as_array().expect("decisions");
+    for decision in decisions {
+        if decision["outcome"] == "unavailable" {
+            assert_eq!(decision["retry_after_seconds"], 2, "{decision}");
+        }
+    }
+    decisions
+        .iter()
+        .map(|d| d["outcome"].as_str().expect("an outcome").to_string())
+        .collect()
 }
 
 /// The Prometheus text a server exposes at `/metrics`.

@@ -11,9 +11,9 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, database_url, eventually, hold_time_samples, lock_window,
-    metrics_text, pin_clock, postgres_host_port, set_limits, test_config, Replica, StoreProxy,
-    TestApp,
+    batch_outcomes, create_flow, current_count, database_url, eventually, hold_time_samples,
+    lock_window, metrics_text, pin_clock, post_batch, postgres_host_port, set_limits, test_config,
+    Replica, StoreProxy, TestApp,
 };
 
 async fn seed(pool: &PgPool) {
@@ -168,13 +168,13 @@ async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgP
         {"flow": "invoice", "ref": "due", "deadline": deadline},
         {"flow": "never-declared", "ref": "b"},
     ]});
-    let answer = post_batch(&client, &replica.base, &items).await;
+    let answer = post_batch(&client, &replica.base, items).await;
     assert_eq!(answer.status(), 200);
     let outcomes = batch_outcomes(answer).await;
     assert_eq!(outcomes, ["unavailable", "bypassed", "unavailable"]);
     let undecided = json!({"items": [{"flow": "invoice"}, {"flow": "never-declared"}]});
     let started = Instant::now();
-    let answer = post_batch(&client, &replica.base, &undecided).await;
+    let answer = post_batch(&client, &replica.base, undecided).await;
     assert_eq!(answer.status(), 503, "nothing could be decided");
     assert!(answer.headers().contains_key("retry-after"));
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -542,43 +542,12 @@ async fn slots_a_batch_took_after_its_caller_gave_up_are_given_back(pool: PgPool
     app.reserve(json!({"flow": "invoice", "count": 4})).await;
     let tx = lock_window(&pool, "ppf").await;
     let batch = json!({"items": [{"flow": "invoice", "count": 2}, {"flow": "invoice"}]});
-    let response = app
-        .client
-        .post(format!("{}/v1/reserve/batch", app.base))
-        .json(&batch)
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_batch(batch).await;
     assert_eq!(response.status(), 503, "no answer in time is no grant");
     tx.rollback().await.unwrap();
 
     // The take went through once the lock was gone; nobody emits on it.
     settles_at(&pool, 4).await;
-}
-
-async fn post_batch(client: &reqwest::Client, base: &str, items: &Value) -> reqwest::Response {
-    client
-        .post(format!("{base}/v1/reserve/batch"))
-        .json(items)
-        .send()
-        .await
-        .unwrap()
-}
-
-/// Each item's outcome, in order, after checking that an `unavailable` item
-/// says when to ask again.
-async fn batch_outcomes(answer: reqwest::Response) -> Vec<String> {
-    let body: Value = answer.json().await.unwrap();
-    let decisions = body["decisions"].as_array().unwrap();
-    for decision in decisions {
-        if decision["outcome"] == "unavailable" {
-            assert_eq!(decision["retry_after_seconds"], 2, "{decision}");
-        }
-    }
-    decisions
-        .iter()
-        .map(|d| d["outcome"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// With the store out of reach a batch still answers every item it can:
@@ -612,7 +581,7 @@ async fn a_batch_decides_what_it_can_while_the_store_is_out_of_reach(pool: PgPoo
         {"flow": "who-knows", "ref": "unknown"},
     ]});
     let started = Instant::now();
-    let answer = post_batch(&app.client, &app.base, &items).await;
+    let answer = app.post_batch(items).await;
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",
@@ -633,7 +602,7 @@ async fn a_batch_decides_what_it_can_while_the_store_is_out_of_reach(pool: PgPoo
 
     let enforced_only = json!({"items": [{"flow": "invoice"}, {"flow": "ping"}]});
     let started = Instant::now();
-    let answer = post_batch(&app.client, &app.base, &enforced_only).await;
+    let answer = app.post_batch(enforced_only).await;
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(answer.status(), 503, "nothing could be decided");
     assert!(answer.headers().contains_key("retry-after"));

@@ -15,8 +15,8 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, eventually, hold_time_samples, pin_clock, set_limits,
-    sync_and_invoice, TestApp,
+    batch_outcomes, create_flow, current_count, eventually, hold_time_samples, pin_clock,
+    set_limits, sync_and_invoice, TestApp,
 };
 use crate::work::enqueue_n;
 
@@ -691,25 +691,12 @@ async fn a_place_that_cannot_be_handed_over_is_no_grant(pool: PgPool) {
     .unwrap();
     let app = TestApp::spawn(pool.clone()).await;
     let items = json!({"items": [{"flow": "invoice", "count": 2}, {"flow": "sync"}]});
-    let response = app
-        .client
-        .post(format!("{}/v1/reserve/batch", app.base))
-        .json(&items)
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_batch(items).await;
     assert_eq!(response.status(), 200, "the refusal was decided");
-    let answer: serde_json::Value = response.json().await.unwrap();
-    let outcomes: Vec<&str> = answer["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["outcome"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        outcomes,
+        batch_outcomes(response).await,
         ["deferred", "unavailable"],
-        "a grant without its place is no grant: {answer}"
+        "a grant without its place is no grant"
     );
     // Its slot stays counted (over, never under) and the place stays leased,
     // to the flow it was made for, until it expires.
