@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, RwLock};
 
 use axum::http::Method;
 use serde::{Deserialize, Serialize};
@@ -13,6 +12,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
+use crate::mirror::Mirror;
 use crate::store::{ActiveKey, Store};
 
 /// What every key starts with, so a leaked one is recognisable (secret scanners).
@@ -162,19 +162,18 @@ pub fn key_hash(key: &str) -> [u8; 32] {
 /// map lookup, no round trip. Refreshed with the catalog, on its notification.
 #[derive(Clone, Default)]
 pub struct KeyRing {
-    keys: Arc<RwLock<HashMap<[u8; 32], Principal>>>,
+    keys: Mirror<HashMap<[u8; 32], Principal>>,
 }
 
 impl KeyRing {
+    /// Reloads the ring, in turn with every other reload (`Mirror`): a
+    /// revocation is never undone by a load that read before it.
     pub async fn refresh(&self, store: &Store) -> Result<(), sqlx::Error> {
-        let keys = store
-            .active_keys()
-            .await?
-            .into_iter()
-            .filter_map(accepted)
-            .collect();
-        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
-        Ok(())
+        let load = async {
+            let keys = store.active_keys().await?;
+            Ok(keys.into_iter().filter_map(accepted).collect())
+        };
+        self.keys.reload(load).await
     }
 
     /// The caller an `Authorization` header names: a stored key or the
@@ -191,11 +190,8 @@ impl KeyRing {
         }
         // The lookup is by hash: timing can tell at most about the hash of a
         // wrong key, nothing about a right one.
-        self.keys
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key_hash(presented))
-            .cloned()
+        let hash = key_hash(presented);
+        self.keys.read(|keys| keys.get(&hash).cloned())
     }
 }
 

@@ -5,10 +5,12 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
+
+use crate::mirror::Mirror;
 
 mod settings;
 
@@ -175,72 +177,72 @@ impl Snapshot {
 /// decisions that would need the store fail closed.
 #[derive(Clone, Default)]
 pub struct Catalog {
-    current: Arc<RwLock<Option<Arc<Snapshot>>>>,
+    current: Mirror<Option<Arc<Snapshot>>>,
 }
 
 impl Catalog {
     pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
-        self.current
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.current.read(Option::clone)
     }
 
     pub fn is_loaded(&self) -> bool {
         self.snapshot().is_some()
     }
 
-    /// Reads both tables in one transaction so the snapshot is consistent.
-    pub async fn refresh(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
-        let mut tx = pool.begin().await?;
-        let quotas = sqlx::query_file!("sql/list_quotas.sql", None::<String>)
-            .fetch_all(&mut *tx)
-            .await?;
-        let flows = sqlx::query_file!("sql/list_flows.sql", None::<String>)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        let snapshot = Arc::new(Snapshot {
-            quotas: quotas
-                .into_iter()
-                .map(|q| {
-                    let cadence = q.rate.zip(q.burst).map(|(rate, burst)| Cadence {
-                        rate,
-                        burst,
-                        adaptive: q.adaptive,
-                    });
-                    let rule = QuotaRule {
-                        name: q.name.clone(),
-                        hourly_ceiling: q.hourly_ceiling,
-                        cadence,
-                        max_in_flight: q.max_in_flight,
-                        priority2_share: q.priority2_share,
-                        priority3_share: q.priority3_share,
-                    };
-                    (q.name, rule)
-                })
-                .collect(),
-            flows: flows
-                .into_iter()
-                .filter_map(|f| {
-                    // The table's CHECK keeps modes valid; a value this build
-                    // does not know is skipped rather than guessed at.
-                    let mode = f.mode.parse().ok()?;
-                    let rule = FlowRule {
-                        name: f.name.clone(),
-                        quota: f.quota,
-                        mode,
-                        priority: f.priority,
-                        enforce_percent: f.enforce_percent.unwrap_or(100),
-                    };
-                    Some((f.name, rule))
-                })
-                .collect(),
-        });
-        *self
-            .current
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(snapshot.clone());
-        Ok(snapshot)
+    /// Reloads the snapshot, in turn with every other reload (`Mirror`).
+    pub async fn refresh(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        self.current
+            .reload(async { Ok(Some(load(pool).await?)) })
+            .await
     }
+}
+
+/// Reads both tables in one transaction so the snapshot is consistent.
+async fn load(pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let quotas = sqlx::query_file!("sql/list_quotas.sql", None::<String>)
+        .fetch_all(&mut *tx)
+        .await?;
+    let flows = sqlx::query_file!("sql/list_flows.sql", None::<String>)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    let snapshot = Arc::new(Snapshot {
+        quotas: quotas
+            .into_iter()
+            .map(|q| {
+                let cadence = q.rate.zip(q.burst).map(|(rate, burst)| Cadence {
+                    rate,
+                    burst,
+                    adaptive: q.adaptive,
+                });
+                let rule = QuotaRule {
+                    name: q.name.clone(),
+                    hourly_ceiling: q.hourly_ceiling,
+                    cadence,
+                    max_in_flight: q.max_in_flight,
+                    priority2_share: q.priority2_share,
+                    priority3_share: q.priority3_share,
+                };
+                (q.name, rule)
+            })
+            .collect(),
+        flows: flows
+            .into_iter()
+            .filter_map(|f| {
+                // The table's CHECK keeps modes valid; a value this build
+                // does not know is skipped rather than guessed at.
+                let mode = f.mode.parse().ok()?;
+                let rule = FlowRule {
+                    name: f.name.clone(),
+                    quota: f.quota,
+                    mode,
+                    priority: f.priority,
+                    enforce_percent: f.enforce_percent.unwrap_or(100),
+                };
+                Some((f.name, rule))
+            })
+            .collect(),
+    });
+    Ok(snapshot)
 }

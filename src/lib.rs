@@ -12,6 +12,7 @@ pub mod decision;
 pub mod http;
 pub mod input;
 pub mod metrics;
+pub mod mirror;
 pub mod operator;
 pub mod report;
 pub mod shell_worker;
