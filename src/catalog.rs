@@ -191,58 +191,57 @@ impl Catalog {
 
     /// Reloads the snapshot, in turn with every other reload (`Mirror`).
     pub async fn refresh(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
-        self.current
-            .reload(async { Ok(Some(load(pool).await?)) })
-            .await
+        let load = async { Ok(Some(Self::load(pool).await?)) };
+        self.current.reload(load).await
     }
-}
 
-/// Reads both tables in one transaction so the snapshot is consistent.
-async fn load(pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let quotas = sqlx::query_file!("sql/list_quotas.sql", None::<String>)
-        .fetch_all(&mut *tx)
-        .await?;
-    let flows = sqlx::query_file!("sql/list_flows.sql", None::<String>)
-        .fetch_all(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    let snapshot = Arc::new(Snapshot {
-        quotas: quotas
-            .into_iter()
-            .map(|q| {
-                let cadence = q.rate.zip(q.burst).map(|(rate, burst)| Cadence {
-                    rate,
-                    burst,
-                    adaptive: q.adaptive,
-                });
-                let rule = QuotaRule {
-                    name: q.name.clone(),
-                    hourly_ceiling: q.hourly_ceiling,
-                    cadence,
-                    max_in_flight: q.max_in_flight,
-                    priority2_share: q.priority2_share,
-                    priority3_share: q.priority3_share,
-                };
-                (q.name, rule)
-            })
-            .collect(),
-        flows: flows
-            .into_iter()
-            .filter_map(|f| {
-                // The table's CHECK keeps modes valid; a value this build
-                // does not know is skipped rather than guessed at.
-                let mode = f.mode.parse().ok()?;
-                let rule = FlowRule {
-                    name: f.name.clone(),
-                    quota: f.quota,
-                    mode,
-                    priority: f.priority,
-                    enforce_percent: f.enforce_percent.unwrap_or(100),
-                };
-                Some((f.name, rule))
-            })
-            .collect(),
-    });
-    Ok(snapshot)
+    /// Reads both tables in one transaction so the snapshot is consistent.
+    async fn load(pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        let quotas = sqlx::query_file!("sql/list_quotas.sql", None::<String>)
+            .fetch_all(&mut *tx)
+            .await?;
+        let flows = sqlx::query_file!("sql/list_flows.sql", None::<String>)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let snapshot = Arc::new(Snapshot {
+            quotas: quotas
+                .into_iter()
+                .map(|q| {
+                    let cadence = q.rate.zip(q.burst).map(|(rate, burst)| Cadence {
+                        rate,
+                        burst,
+                        adaptive: q.adaptive,
+                    });
+                    let rule = QuotaRule {
+                        name: q.name.clone(),
+                        hourly_ceiling: q.hourly_ceiling,
+                        cadence,
+                        max_in_flight: q.max_in_flight,
+                        priority2_share: q.priority2_share,
+                        priority3_share: q.priority3_share,
+                    };
+                    (q.name, rule)
+                })
+                .collect(),
+            flows: flows
+                .into_iter()
+                .filter_map(|f| {
+                    // The table's CHECK keeps modes valid; a value this build
+                    // does not know is skipped rather than guessed at.
+                    let mode = f.mode.parse().ok()?;
+                    let rule = FlowRule {
+                        name: f.name.clone(),
+                        quota: f.quota,
+                        mode,
+                        priority: f.priority,
+                        enforce_percent: f.enforce_percent.unwrap_or(100),
+                    };
+                    Some((f.name, rule))
+                })
+                .collect(),
+        });
+        Ok(snapshot)
+    }
 }
