@@ -4,6 +4,7 @@
 mod batch;
 mod claim;
 mod coalesce;
+mod gather;
 mod observe;
 mod rationing;
 mod shell;

@@ -14,13 +14,14 @@
 //! statement also takes the group's cadence tokens and in-flight places, and
 //! the give-back returns unused tokens and frees unused places with the slots.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
+use super::gather::Gather;
 use super::rationing::{self, Ask, Rank, Taken};
 use super::shell::{StoreError, StoreUnavailable};
 use crate::catalog::{QuotaRule, Rule};
@@ -47,26 +48,19 @@ enum Mode {
     Observe,
 }
 
-/// One queue per quota and mode; enforced decisions on budget-only quotas,
-/// whatever their quota, share the queue keyed [`ACROSS_QUOTAS`].
-type Queues = HashMap<(String, Mode), Queue>;
+/// Queues are keyed by quota and mode; enforced decisions on budget-only
+/// quotas, whatever their quota, share the queue keyed [`ACROSS_QUOTAS`].
+/// A group is decided by the quota's limits as its latest arrival saw them.
+type Queues = Gather<(String, Mode), QuotaRule, Waiter>;
 
 /// The key of the queue shared by every budget-only quota (not a valid quota
 /// name): one statement takes slots of all the quotas a group asks of.
 const ACROSS_QUOTAS: &str = "";
 
-struct Queue {
-    /// The quota's limits as the latest request saw them: a group is decided
-    /// by the catalog of its last arrival.
-    quota: QuotaRule,
-    waiters: Vec<Waiter>,
-}
-
-/// A queue present in the map has a leader task deciding it.
 #[derive(Clone)]
 pub struct Coalescer {
     store: Store,
-    queues: Arc<Mutex<Queues>>,
+    queues: Queues,
     arrivals: Arc<AtomicU64>,
 }
 
@@ -74,7 +68,7 @@ impl Coalescer {
     pub fn new(store: Store) -> Self {
         Self {
             store,
-            queues: Arc::default(),
+            queues: Gather::default(),
             arrivals: Arc::default(),
         }
     }
@@ -122,25 +116,7 @@ impl Coalescer {
             &rule.quota.name
         };
         let key = (queue_name.to_string(), mode);
-        let lead = {
-            let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-            match queues.get_mut(&key) {
-                Some(queue) => {
-                    queue.quota.clone_from(&rule.quota);
-                    queue.waiters.push(waiter);
-                    false
-                }
-                None => {
-                    let queue = Queue {
-                        quota: rule.quota.clone(),
-                        waiters: vec![waiter],
-                    };
-                    queues.insert(key.clone(), queue);
-                    true
-                }
-            }
-        };
-        if lead {
+        if self.queues.join(key.clone(), rule.quota.clone(), waiter) {
             // A task of its own: a caller that gives up must not stop the
             // group it was leading.
             tokio::spawn(self.clone().lead(key));
@@ -152,18 +128,7 @@ impl Coalescer {
 
     /// Decides the quota's queue, group after group, until it is empty.
     async fn lead(self, key: (String, Mode)) {
-        loop {
-            let (quota, mut group) = {
-                let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(queue) = queues.get_mut(&key) else {
-                    return;
-                };
-                if queue.waiters.is_empty() {
-                    queues.remove(&key);
-                    return;
-                }
-                (queue.quota.clone(), std::mem::take(&mut queue.waiters))
-            };
+        while let Some((quota, mut group)) = self.queues.next_group(&key) {
             let decided = match key.1 {
                 Mode::Enforce if key.0 == ACROSS_QUOTAS => self.decide_across(&mut group).await,
                 Mode::Enforce => self.decide_paced(&quota, &mut group).await,

@@ -1,0 +1,103 @@
+//! Gathering concurrent requests into groups (design.md §8): every request
+//! for one key (a quota, a route class) joins that key's queue; the first
+//! arrival on an empty queue becomes its leader and decides the queue group
+//! after group (one statement each) until nobody waits. Requests that arrive
+//! while a group's statement runs form the next group, so the group size
+//! follows the load with no timer and a lone request waits for nobody.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+/// Queues by key. `S` is what the latest arrival knew of its key (the
+/// catalog's rule at the time): a group is decided by it. `W` is a waiter.
+pub struct Gather<K, S, W> {
+    queues: Arc<Mutex<HashMap<K, Queue<S, W>>>>,
+}
+
+struct Queue<S, W> {
+    latest: S,
+    waiters: Vec<W>,
+}
+
+impl<K, S, W> Clone for Gather<K, S, W> {
+    fn clone(&self) -> Self {
+        Self {
+            queues: self.queues.clone(),
+        }
+    }
+}
+
+impl<K, S, W> Default for Gather<K, S, W> {
+    fn default() -> Self {
+        Self {
+            queues: Arc::default(),
+        }
+    }
+}
+
+impl<K: Hash + Eq, S, W> Gather<K, S, W> {
+    /// Adds `waiter` to `key`'s queue. `true`: the queue was empty and the
+    /// caller must start its leader (in a task of its own, so that a caller
+    /// that gives up does not stop the group it leads).
+    #[must_use = "the first arrival must start the queue's leader"]
+    pub fn join(&self, key: K, latest: S, waiter: W) -> bool {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        match queues.get_mut(&key) {
+            Some(queue) => {
+                queue.latest = latest;
+                queue.waiters.push(waiter);
+                false
+            }
+            None => {
+                let waiters = vec![waiter];
+                queues.insert(key, Queue { latest, waiters });
+                true
+            }
+        }
+    }
+
+    /// The leader's next group: every waiter that joined since the last one,
+    /// with what the latest of them knew. `None` when nobody waits: the
+    /// queue is gone, and the next arrival leads a new one.
+    pub fn next_group(&self, key: &K) -> Option<(S, Vec<W>)>
+    where
+        S: Clone,
+    {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let queue = queues.get_mut(key)?;
+        if queue.waiters.is_empty() {
+            queues.remove(key);
+            return None;
+        }
+        Some((queue.latest.clone(), std::mem::take(&mut queue.waiters)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_arrival_leads_and_later_ones_join_its_group() {
+        let gather = Gather::<&str, u32, char>::default();
+        assert!(gather.join("q", 1, 'a'));
+        assert!(!gather.join("q", 2, 'b'));
+        assert!(gather.join("other", 7, 'x'), "each key has its own leader");
+        assert_eq!(gather.next_group(&"q"), Some((2, vec!['a', 'b'])));
+        assert!(!gather.join("q", 3, 'c'), "a leader is still deciding");
+        assert_eq!(gather.next_group(&"q"), Some((3, vec!['c'])));
+        assert_eq!(gather.next_group(&"q"), None);
+        assert!(
+            gather.join("q", 4, 'd'),
+            "an emptied queue gets a new leader"
+        );
+        assert_eq!(gather.next_group(&"other"), Some((7, vec!['x'])));
+    }
+
+    #[test]
+    fn no_group_for_a_key_nobody_asked_for() {
+        let gather = Gather::<&str, u32, char>::default();
+        assert_eq!(gather.next_group(&"q"), None);
+    }
+}
