@@ -12,38 +12,91 @@
 -- priority, first come first served); claimable means pending and past its
 -- retry delay (`not_before`: due items too, the worker asked for the delay),
 -- or claimed with a lease that ran out; rows another claim holds are skipped.
+-- Pending items are walked on their own indexes, in order; lapsed leases are
+-- read by when they ran out (few); each lane keeps the best $3 of both. The
+-- unthrottled lane walks flow by flow: the worker's flows, or (NULL) every
+-- flow with pending work, found by skipping through the flow index one flow
+-- at a time, never by reading the backlog of throttled flows.
 -- (coalesce() rather than "deadline IS NULL OR …" keeps the walks in index
 -- order.)
-WITH due AS (
+WITH RECURSIVE pending_flows AS (
+    (SELECT flow FROM work_item
+     WHERE state = 'pending' AND $1::text[] IS NULL
+     ORDER BY flow LIMIT 1)
+    UNION ALL
+    SELECT (SELECT w.flow FROM work_item w
+            WHERE w.state = 'pending' AND w.flow > p.flow
+            ORDER BY w.flow LIMIT 1)
+    FROM pending_flows p
+    WHERE p.flow IS NOT NULL
+), unthrottled_flows AS (
+    SELECT DISTINCT name
+    FROM (SELECT unnest($1::text[]) AS name
+          UNION ALL
+          SELECT flow FROM pending_flows WHERE flow IS NOT NULL) AS named
+    WHERE name <> ALL($4::text[])
+), due_pending AS (
     SELECT id, flow, deadline, priority, ref
     FROM work_item
-    WHERE state <> 'done' AND (state = 'pending' OR lease_until < arbiter_now())
+    WHERE state = 'pending'
       AND coalesce(not_before <= arbiter_now(), true)
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
       AND deadline <= arbiter_now() + make_interval(secs => $2::float8)
     ORDER BY deadline ASC NULLS LAST, priority, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), unthrottled AS (
+), lapsed AS (
+    -- Every lapsed lease the worker may claim, whatever its lane.
     SELECT id, flow, deadline, priority, ref
     FROM work_item
-    WHERE state <> 'done' AND (state = 'pending' OR lease_until < arbiter_now())
-      AND coalesce(not_before <= arbiter_now(), true)
-      AND flow <> ALL($4::text[])
+    WHERE state = 'claimed' AND lease_until < arbiter_now()
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
+      AND (deadline <= arbiter_now() + make_interval(secs => $2::float8)
+           OR flow <> ALL($4::text[]))
+    ORDER BY deadline ASC NULLS LAST, priority, id
+    LIMIT 2 * $3
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT * FROM due_pending
+    UNION ALL
+    SELECT * FROM lapsed WHERE deadline <= arbiter_now() + make_interval(secs => $2::float8)
+    ORDER BY deadline ASC NULLS LAST, priority, id
+    LIMIT $3
+), unthrottled_pending AS (
+    SELECT c.id, c.flow, c.deadline, c.priority, c.ref
+    FROM unthrottled_flows AS f,
+    LATERAL (
+        SELECT id, flow, deadline, priority, ref
+        FROM work_item
+        WHERE state = 'pending'
+          AND coalesce(not_before <= arbiter_now(), true)
+          AND flow = f.name
+          AND coalesce(deadline > arbiter_now() + make_interval(secs => $2::float8), true)
+        ORDER BY deadline ASC NULLS LAST, priority, id
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), unthrottled AS (
+    SELECT * FROM unthrottled_pending
+    UNION ALL
+    SELECT * FROM lapsed
+    WHERE flow <> ALL($4::text[])
       AND coalesce(deadline > arbiter_now() + make_interval(secs => $2::float8), true)
     ORDER BY deadline ASC NULLS LAST, priority, id
     LIMIT $3
-    FOR UPDATE SKIP LOCKED
 ), busy AS (
     SELECT f.name AS flow
     FROM unnest($5::text[]) AS f (name)
     WHERE EXISTS (
         SELECT 1 FROM work_item w
         WHERE w.flow = f.name
-          AND w.state <> 'done'
-          AND (w.state = 'pending' OR w.lease_until < arbiter_now())
+          AND w.state = 'pending'
           AND coalesce(w.not_before <= arbiter_now(), true)
+          AND coalesce(w.deadline > arbiter_now() + make_interval(secs => $2::float8), true)
+    ) OR EXISTS (
+        SELECT 1 FROM work_item w
+        WHERE w.state = 'claimed' AND w.lease_until < arbiter_now()
+          AND w.flow = f.name
           AND coalesce(w.deadline > arbiter_now() + make_interval(secs => $2::float8), true)
     )
 )

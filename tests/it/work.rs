@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use quota_arbiter::arbiter::{Claim, ClaimOutcome};
-use quota_arbiter::decision::Limit;
+use quota_arbiter::decision::{Limit, Outcome};
 use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -222,6 +222,49 @@ async fn a_dead_workers_item_returns_after_its_lease_and_its_slot_stays_spent(po
         claim(&app, json!({"worker": "w-3"})).await.outcome,
         ClaimOutcome::Empty
     );
+}
+
+#[sqlx::test]
+async fn lapsed_leases_of_due_and_unthrottled_items_return_in_rationing_order(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    // A flow the arbiter does not know is never throttled; a deadline inside
+    // the bypass horizon is due.
+    let (_, due) = enqueue(&app, json!({"flow": "invoice", "payload": {}})).await;
+    sqlx::query(
+        "UPDATE work_item SET deadline = arbiter_now() + interval '1 minute' WHERE id = $1",
+    )
+    .bind(due.id)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (_, free) = enqueue(&app, json!({"flow": "webhook", "payload": {}})).await;
+    let (_, later) = enqueue(&app, json!({"flow": "webhook", "payload": {}})).await;
+    let first = claim(&app, json!({"worker": "w-1", "max": 2})).await;
+    let ids: Vec<i64> = first.items.iter().map(|c| c.item.id).collect();
+    assert_eq!(ids, vec![due.id, free.id]);
+    // w-1 dies; its leases run out while `later` still waits, pending.
+    sqlx::query("UPDATE work_item SET lease_until = arbiter_now() - interval '1 second' WHERE state = 'claimed'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let second = claim(&app, json!({"worker": "w-2", "max": 3})).await;
+    let again: Vec<(i64, Outcome)> = second
+        .items
+        .iter()
+        .map(|c| (c.item.id, c.decision.outcome))
+        .collect();
+    assert_eq!(
+        again,
+        vec![
+            (due.id, Outcome::Bypassed),
+            (free.id, Outcome::Unthrottled),
+            (later.id, Outcome::Unthrottled),
+        ],
+        "lapsed leases come back, each in its lane, before younger pending work"
+    );
+    assert!(second.items.iter().all(|c| c.item.attempts >= 1));
 }
 
 #[sqlx::test]

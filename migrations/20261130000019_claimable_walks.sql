@@ -1,0 +1,13 @@
+-- Claims walk only what they may claim. The queue indexes cover every item
+-- not done, so a claim walked past every item claimed before it (a lease
+-- still running) and, looking for work of flows the arbiter does not
+-- throttle, past the whole backlog: 20 ms a walk with 60,000 items queued.
+-- Pending items get indexes of their own, in rationing order; claimed items
+-- are found by when their lease runs out, so a walk for lapsed leases reads
+-- only those.
+CREATE INDEX work_item_pending_flow_idx ON work_item (flow, deadline, priority, id)
+    WHERE state = 'pending';
+CREATE INDEX work_item_pending_queue_idx ON work_item (deadline, priority, id)
+    WHERE state = 'pending';
+CREATE INDEX work_item_lease_idx ON work_item (lease_until)
+    WHERE state = 'claimed';
