@@ -95,6 +95,16 @@ mod tests {
         assert_eq!(gather.next_group(&"other"), Some((7, vec!['x'])));
     }
 
+    /// The leader runs on a clone: it must see the queues callers join.
+    #[test]
+    fn clones_share_the_queues() {
+        let gather = Gather::<&str, u32, char>::default();
+        let leader = gather.clone();
+        assert!(gather.join("q", 1, 'a'));
+        assert!(!leader.join("q", 2, 'b'));
+        assert_eq!(leader.next_group(&"q"), Some((2, vec!['a', 'b'])));
+    }
+
     #[test]
     fn no_group_for_a_key_nobody_asked_for() {
         let gather = Gather::<&str, u32, char>::default();
