@@ -120,6 +120,10 @@ fn constrain_parameters(operation: &mut Operation) {
                     .into()
             }
             ("since", ParameterIn::Query) => input::schema::duration(),
+            ("X-Quota-Route-Class", ParameterIn::Header) => input::schema::name(),
+            ("X-Quota-Principal" | "X-Quota-Tenant", ParameterIn::Header) => {
+                input::schema::header_identifier()
+            }
             ("id", ParameterIn::Path) => ObjectBuilder::new()
                 .schema_type(SchemaType::Type(Type::Integer))
                 .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
