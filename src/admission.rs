@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
-use crate::catalog::{MAX_BURST, MAX_CEILING, MAX_RATE};
+use crate::catalog::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
 
 /// Window lengths a route class may count capacity in: the divisors of an
 /// hour, so windows stay aligned on the UTC hour.
@@ -88,6 +88,56 @@ impl RouteClassSettings {
         // The nudge keeps 0.29 × 100 at 29, not 28.999….
         let share = (self.capacity as f64 * self.tenant_share * (1.0 + 1e-12)).floor();
         (share as i64).clamp(1, self.capacity)
+    }
+}
+
+/// `PATCH /v1/route-classes/{name}`: only the fields given change (JSON merge
+/// patch). Every setting of a route class is required, so none can be removed:
+/// a `null` is refused.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouteClassPatch {
+    #[serde(default)]
+    #[schema(value_type = f64, minimum = 1, maximum = 1e9)]
+    pub burst: Patch<f64>,
+    #[serde(default)]
+    #[schema(value_type = f64, exclusive_minimum = 0, maximum = 1e6)]
+    pub rate: Patch<f64>,
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[schema(value_type = i64, minimum = 1, maximum = 9007199254740992_i64)]
+    pub capacity: Patch<i64>,
+    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[schema(value_type = i32, schema_with = window_seconds_schema)]
+    pub window_seconds: Patch<i32>,
+    #[serde(default)]
+    #[schema(value_type = f64, exclusive_minimum = 0, maximum = 1)]
+    pub tenant_share: Patch<f64>,
+}
+
+impl RouteClassPatch {
+    /// The settings after the patch, checked like a whole class.
+    pub fn applied_to(self, current: RouteClassSettings) -> Result<RouteClassSettings, String> {
+        fn field<T>(patch: Patch<T>, current: T, name: &str) -> Result<T, String> {
+            match patch {
+                Patch::Keep => Ok(current),
+                Patch::Set(value) => Ok(value),
+                Patch::Remove => Err(format!(
+                    "`{name}` cannot be removed: every setting of a route class is required"
+                )),
+            }
+        }
+        RouteClassSettings {
+            burst: field(self.burst, current.burst, "burst")?,
+            rate: field(self.rate, current.rate, "rate")?,
+            capacity: field(self.capacity, current.capacity, "capacity")?,
+            window_seconds: field(
+                self.window_seconds,
+                current.window_seconds,
+                "window_seconds",
+            )?,
+            tenant_share: field(self.tenant_share, current.tenant_share, "tenant_share")?,
+        }
+        .validated()
     }
 }
 
@@ -415,6 +465,24 @@ mod tests {
         ] {
             assert!(bad.clone().validated().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_patch_changes_only_what_it_names_and_removes_nothing() {
+        let stored = class(20.0, 5.0);
+        let patch: RouteClassPatch = serde_json::from_str(r#"{"capacity": 900}"#).unwrap();
+        let after = patch.applied_to(stored.clone()).unwrap();
+        assert_eq!(
+            after,
+            RouteClassSettings {
+                capacity: 900,
+                ..stored.clone()
+            }
+        );
+        let removed: RouteClassPatch = serde_json::from_str(r#"{"rate": null}"#).unwrap();
+        assert!(removed.applied_to(stored.clone()).is_err());
+        let bad: RouteClassPatch = serde_json::from_str(r#"{"window_seconds": 7}"#).unwrap();
+        assert!(bad.applied_to(stored).is_err());
     }
 
     #[test]

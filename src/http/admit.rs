@@ -180,7 +180,7 @@ fn client_address(state: &AppState, headers: &HeaderMap, peer: Option<IpAddr>) -
         Some(header) => headers
             .get_all(header)
             .iter()
-            .last()
+            .next_back()
             .and_then(|value| value.to_str().ok())
             .and_then(admission::forwarded_address),
         None => peer,

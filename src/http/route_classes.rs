@@ -1,6 +1,7 @@
 //! Admin API: route classes, the admission profiles (design.md §11), with
 //! the conventions of quotas and flows: `PUT` replaces the whole class,
-//! `GET` reads one or all, `DELETE` removes one. Admin role.
+//! `PATCH` changes the fields given, `GET` reads one or all, `DELETE` removes
+//! one. Admin role.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,7 +14,7 @@ use super::admin::{changed, ADMIN_ACTOR};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiPath};
 use super::AppState;
-use crate::admission::RouteClassSettings;
+use crate::admission::{RouteClassPatch, RouteClassSettings};
 use crate::catalog::validate_name;
 use crate::store::RouteClassRow;
 
@@ -23,6 +24,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(
             get_route_class,
             put_route_class,
+            patch_route_class,
             delete_route_class
         ))
 }
@@ -68,6 +70,28 @@ pub async fn put_route_class(
     let row = state
         .store
         .put_route_class(ADMIN_ACTOR, &name, &settings)
+        .await?;
+    changed(&state, Json(row)).await
+}
+
+/// Change only the fields given (JSON merge patch); every setting is
+/// required, so `null` is refused. The class must exist (404; PUT creates).
+#[utoipa::path(patch, path = "/v1/route-classes/{name}", tag = "admin", request_body(content = RouteClassPatch,
+        content_type = "application/merge-patch+json"),
+    params(("name" = String, Path, description = "Route class name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = RouteClassRow), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn patch_route_class(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(patch): ApiJson<RouteClassPatch>,
+) -> Result<Json<RouteClassRow>, ApiError> {
+    valid_name(&name)?;
+    let row = state
+        .store
+        .patch_route_class(ADMIN_ACTOR, &name, patch)
         .await?;
     changed(&state, Json(row)).await
 }

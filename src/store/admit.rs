@@ -8,7 +8,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::{CatalogError, Store};
-use crate::admission::{Admission, Refusal, RouteClassSettings};
+use crate::admission::{Admission, Refusal, RouteClassPatch, RouteClassSettings};
 
 /// A route class as the admin API shows it.
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -32,6 +32,39 @@ impl Store {
         s: &RouteClassSettings,
     ) -> Result<RouteClassRow, sqlx::Error> {
         let mut tx = self.as_actor(actor).await?;
+        let row = sqlx::query_file_as!(
+            RouteClassRow,
+            "sql/put_route_class.sql",
+            name,
+            s.burst,
+            s.rate,
+            s.capacity,
+            s.window_seconds,
+            s.tenant_share
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// Changes only what `patch` names (`PATCH`); the class must exist.
+    pub async fn patch_route_class(
+        &self,
+        actor: &str,
+        name: &str,
+        patch: RouteClassPatch,
+    ) -> Result<RouteClassRow, CatalogError> {
+        let mut tx = self.as_actor(actor).await?;
+        let current = sqlx::query_file_as!(RouteClassSettings, "sql/lock_route_class.sql", name)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| {
+                CatalogError::NotFound(format!(
+                    "no route class `{name}`; to create it, PUT all its settings"
+                ))
+            })?;
+        let s = patch.applied_to(current).map_err(CatalogError::Invalid)?;
         let row = sqlx::query_file_as!(
             RouteClassRow,
             "sql/put_route_class.sql",

@@ -532,6 +532,37 @@ async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: 
     }
     let listed = app.admin_json(Method::GET, "/v1/route-classes", None).await;
     assert_eq!(listed["route_classes"].as_array().unwrap().len(), 1);
+    // PATCH changes what it names; a null or a missing class is refused.
+    let patched = app
+        .admin(Method::PATCH, "/v1/route-classes/public-apis")
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"capacity": 900}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), StatusCode::OK);
+    let patched: Value = patched.json().await.unwrap();
+    assert_eq!(
+        (patched["capacity"].as_i64(), patched["burst"].as_f64()),
+        (Some(900), Some(20.0))
+    );
+    for (path, body, status) in [
+        (
+            "public-apis",
+            r#"{"rate": null}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        ("nope", r#"{"rate": 2}"#, StatusCode::NOT_FOUND),
+    ] {
+        let response = app
+            .admin(Method::PATCH, &format!("/v1/route-classes/{path}"))
+            .header("content-type", "application/merge-patch+json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{path} {body}");
+    }
     for bad in [
         json!({"burst": 20, "rate": 5, "capacity": 600, "window_seconds": 7, "tenant_share": 0.5}),
         json!({"burst": 20, "rate": 5, "capacity": 600, "window_seconds": 60, "tenant_share": 0}),
