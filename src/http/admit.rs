@@ -246,6 +246,7 @@ fn answer(answered: Answered, admitted: Response) -> Response {
                     class.name
                 ))
                 .into_response(),
+                // (A verdict drawn from the store's answer is never `StoreUnavailable`.)
                 Outcome::CapacityExhausted | Outcome::StoreUnavailable => {
                     ApiError::CapacityExhausted(format!(
                         "route class `{}` has no capacity left for this caller's tenant in this window; \

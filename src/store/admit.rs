@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::{CatalogError, Store};
@@ -32,18 +33,7 @@ impl Store {
         s: &RouteClassSettings,
     ) -> Result<RouteClassRow, sqlx::Error> {
         let mut tx = self.as_actor(actor).await?;
-        let row = sqlx::query_file_as!(
-            RouteClassRow,
-            "sql/put_route_class.sql",
-            name,
-            s.burst,
-            s.rate,
-            s.capacity,
-            s.window_seconds,
-            s.tenant_share
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        let row = write_route_class(&mut tx, name, s).await?;
         tx.commit().await?;
         Ok(row)
     }
@@ -64,19 +54,8 @@ impl Store {
                     "no route class `{name}`; to create it, PUT all its settings"
                 ))
             })?;
-        let s = patch.applied_to(current).map_err(CatalogError::Invalid)?;
-        let row = sqlx::query_file_as!(
-            RouteClassRow,
-            "sql/put_route_class.sql",
-            name,
-            s.burst,
-            s.rate,
-            s.capacity,
-            s.window_seconds,
-            s.tenant_share
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        let settings = patch.applied_to(current).map_err(CatalogError::Invalid)?;
+        let row = write_route_class(&mut tx, name, &settings).await?;
         tx.commit().await?;
         Ok(row)
     }
@@ -187,4 +166,25 @@ impl Store {
                 .await?;
         Ok(pruned as u64)
     }
+}
+
+/// Writes a route class whose settings are checked (`PUT`, or a `PATCH`
+/// merged with the stored class).
+async fn write_route_class(
+    tx: &mut Transaction<'static, Postgres>,
+    name: &str,
+    s: &RouteClassSettings,
+) -> Result<RouteClassRow, sqlx::Error> {
+    sqlx::query_file_as!(
+        RouteClassRow,
+        "sql/put_route_class.sql",
+        name,
+        s.burst,
+        s.rate,
+        s.capacity,
+        s.window_seconds,
+        s.tenant_share
+    )
+    .fetch_one(&mut **tx)
+    .await
 }

@@ -10,12 +10,10 @@ use quota_arbiter::config::Config;
 use quota_arbiter::store::Store;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    database_url, metrics_text, pin_clock, pin_clock_at, postgres_host_port, test_config,
-    StoreProxy, TestApp,
+    behind_a_proxy, metrics_text, pin_clock, pin_clock_at, problem_slug, test_config, TestApp,
 };
 
 /// A route class straight through the admin API.
@@ -88,14 +86,7 @@ async fn seen(response: reqwest::Response) -> Seen {
 
 impl Seen {
     fn problem_type(&self) -> String {
-        let problem: Value = serde_json::from_str(&self.body).unwrap();
-        problem["type"]
-            .as_str()
-            .unwrap()
-            .rsplit('/')
-            .next()
-            .unwrap()
-            .to_string()
+        problem_slug(&serde_json::from_str(&self.body).unwrap())
     }
 
     /// `r` and `t` of the RateLimit field.
@@ -455,15 +446,7 @@ async fn anonymous_callers_share_a_bucket_per_network_range(pool: PgPool) {
 
 #[sqlx::test]
 async fn a_store_cut_is_503_store_unavailable_within_2_s_never_429(pool: PgPool) {
-    let proxy = StoreProxy::start(postgres_host_port()).await;
-    let url = database_url(&pool, &proxy.addr.to_string()).await;
-    let config = test_config();
-    let proxied = PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(config.store_timeout)
-        .connect_lazy(&url)
-        .unwrap();
-    let app = TestApp::spawn_with(proxied, config).await;
+    let (proxy, app) = behind_a_proxy(&pool).await;
     let profile = json!({"burst": 1, "rate": 0.001, "capacity": 1000,
                          "window_seconds": 60, "tenant_share": 1});
     route_class(&app, "public-apis", profile).await;

@@ -484,6 +484,25 @@ impl StoreProxy {
     }
 }
 
+/// The app on a pool that reaches the store through a proxy the test can cut.
+pub async fn behind_a_proxy(pool: &PgPool) -> (StoreProxy, TestApp) {
+    let proxy = StoreProxy::start(postgres_host_port()).await;
+    let url = database_url(pool, &proxy.addr.to_string()).await;
+    let config = test_config();
+    let proxied = PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(config.store_timeout)
+        .connect_lazy(&url)
+        .unwrap();
+    (proxy, TestApp::spawn_with(proxied, config).await)
+}
+
+/// The slug of a problem document's `type` (`store-unavailable`, …).
+pub fn problem_slug(problem: &Value) -> String {
+    let kind = problem["type"].as_str().expect("a problem type");
+    kind.rsplit('/').next().unwrap_or(kind).to_string()
+}
+
 /// The first of `names` found as a file on `PATH`: tools a test needs that CI
 /// installs (Chromium, promtool) and a developer machine may lack.
 pub fn find_on_path(names: &[&str]) -> Option<std::path::PathBuf> {
