@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::error::{ApiError, Problem};
+use super::error::ApiError;
 use super::extract::ApiJson;
 use super::AppState;
 use crate::admission::{self, Caller, Outcome, RouteClass, Verdict};
@@ -76,20 +76,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
          description = "The authenticated caller; with X-Quota-Tenant, or neither for an anonymous caller"),
         ("X-Quota-Tenant" = Option<String>, Header, description = "The principal's tenant"),
     ),
-    responses(
-        (status = 204, description = "Admitted", headers(
-            ("RateLimit-Policy" = String, description = "The caller's bucket: \"<route class>\";q=<burst>;w=<seconds to refill it>"),
-            ("RateLimit" = String, description = "\"<route class>\";r=<requests left now>;t=<seconds until r grows>"))),
-        (status = 404, description = "No such route class", body = Problem),
-        (status = 422, description = "A header is missing or breaks its rule", body = Problem),
-        (status = 429, description = "caller-rate-limited: this caller's own bucket is empty", body = Problem, headers(
-            ("Retry-After" = u64, description = "Seconds until this caller's next token (the RateLimit field's t)"),
-            ("RateLimit-Policy" = String), ("RateLimit" = String))),
-        (status = 503, description = "capacity-exhausted (the tenant's share or the route class's capacity for this window), or store-unavailable (nothing admitted; fail closed)",
-         body = Problem, headers(
-            ("Retry-After" = u64, description = "capacity-exhausted: seconds until the window ends; store-unavailable: 2"),
-            ("RateLimit-Policy" = String), ("RateLimit" = String, description = "capacity-exhausted only"))),
-    )
+    // 404, 429, 503 and the RateLimit fields: `contract::document_admission`.
+    responses((status = 204, description = "Admitted"))
 )]
 pub async fn admit_by_headers(
     State(state): State<AppState>,
@@ -119,19 +107,8 @@ pub async fn admit_by_headers(
 #[utoipa::path(
     post, path = "/v1/admit", tag = "admit",
     request_body = AdmitBody,
-    responses(
-        (status = 200, description = "Admitted", body = Admitted, headers(
-            ("RateLimit-Policy" = String, description = "The caller's bucket: \"<route class>\";q=<burst>;w=<seconds to refill it>"),
-            ("RateLimit" = String, description = "\"<route class>\";r=<requests left now>;t=<seconds until r grows>"))),
-        (status = 404, description = "No such route class", body = Problem),
-        (status = 429, description = "caller-rate-limited: this caller's own bucket is empty", body = Problem, headers(
-            ("Retry-After" = u64, description = "Seconds until this caller's next token (the RateLimit field's t)"),
-            ("RateLimit-Policy" = String), ("RateLimit" = String))),
-        (status = 503, description = "capacity-exhausted (the tenant's share or the route class's capacity for this window), or store-unavailable (nothing admitted; fail closed)",
-         body = Problem, headers(
-            ("Retry-After" = u64, description = "capacity-exhausted: seconds until the window ends; store-unavailable: 2"),
-            ("RateLimit-Policy" = String), ("RateLimit" = String, description = "capacity-exhausted only"))),
-    )
+    // 404, 429, 503 and the RateLimit fields: `contract::document_admission`.
+    responses((status = 200, description = "Admitted", body = Admitted))
 )]
 pub async fn admit_by_body(
     State(state): State<AppState>,
