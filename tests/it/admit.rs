@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    behind_a_proxy, metrics_text, pin_clock, pin_clock_at, problem_slug, test_config, TestApp,
+    behind_a_proxy, database_url, metrics_text, pin_clock, pin_clock_at, postgres_host_port,
+    problem_slug, test_config, Replica, TestApp, ADMIN_TOKEN,
 };
 
 /// A route class straight through the admin API.
@@ -728,4 +729,58 @@ async fn buckets_full_again_are_pruned_and_others_kept(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(pruned, 4, "two classes: their rows and their tenant's");
+}
+
+#[sqlx::test]
+async fn no_log_line_names_a_principal_or_a_tenant(pool: PgPool) {
+    let url = database_url(&pool, &postgres_host_port()).await;
+    // Debug: every request's span and event, the admission's included.
+    let replica = Replica::spawn_with(&url, &[("RUST_LOG", "debug")]).await;
+    let client = reqwest::Client::new();
+    let put = client
+        .put(format!("{}/v1/route-classes/public-apis", replica.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"burst": 1, "rate": 0.001, "capacity": 2,
+                      "window_seconds": 3600, "tenant_share": 0.5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let mut statuses = Vec::new();
+    for (principal, tenant) in [
+        ("alice-7f3", "acme-corp-91"),
+        ("alice-7f3", "acme-corp-91"),
+        ("carol-2b8", "acme-corp-91"),
+        ("bob-5d1", "globex-inc-44"),
+    ] {
+        let answer = client
+            .get(format!("{}/v1/admit", replica.base))
+            .header("X-Quota-Route-Class", "public-apis")
+            .header("X-Quota-Principal", principal)
+            .header("X-Quota-Tenant", tenant)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(answer.status().as_u16());
+    }
+    // Admitted, its own limit, its tenant's share, the other tenant admitted.
+    assert_eq!(statuses, [204, 429, 503, 204]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = replica.log_lines();
+    assert!(
+        logs.iter()
+            .any(|line| line.contains(r#""route_class":"public-apis""#)),
+        "the admissions were logged, with their route class: {logs:#?}"
+    );
+    for line in &logs {
+        for identifier in [
+            "alice-7f3",
+            "carol-2b8",
+            "bob-5d1",
+            "acme-corp-91",
+            "globex-inc-44",
+        ] {
+            assert!(!line.contains(identifier), "`{identifier}` logged: {line}");
+        }
+    }
 }

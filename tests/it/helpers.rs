@@ -342,6 +342,8 @@ pub fn stdout(output: &std::process::Output) -> String {
 pub struct Replica {
     pub base: String,
     child: tokio::process::Child,
+    /// Every line it has logged (JSON) since it listened.
+    logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Replica {
@@ -383,11 +385,23 @@ impl Replica {
         .await
         .expect("server listens within 20 s");
         // Keep draining the log so the server never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let kept = logs.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                kept.lock().unwrap().push(line);
+            }
+        });
         Self {
             base: format!("http://{addr}"),
             child,
+            logs,
         }
+    }
+
+    /// The lines it has logged since it listened.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
     }
 
     /// SIGKILL: no graceful shutdown, nothing flushed.
