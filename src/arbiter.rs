@@ -1,6 +1,7 @@
 //! The decision path for work that is not deadline-bound: catalog lookup, then
 //! (for observe and enforce) the store's conditional upsert.
 
+mod admit;
 mod batch;
 mod claim;
 mod coalesce;

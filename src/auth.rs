@@ -93,6 +93,8 @@ pub fn required_access(method: &Method, path: &str) -> Access {
         {
             Access::AtLeast(Role::Worker)
         }
+        // A gateway asks before admitting each request of its callers.
+        "/v1/admit" if read || write => Access::AtLeast(Role::Worker),
         _ => match work_item_action(path) {
             Some("") if read => Access::AtLeast(Role::Worker),
             Some("done" | "release") if write => Access::AtLeast(Role::Worker),
@@ -260,6 +262,8 @@ mod tests {
             assert_eq!(required_access(&Method::POST, path), worker, "{path}");
         }
         assert_eq!(required_access(&Method::GET, "/v1/work/17"), worker);
+        assert_eq!(required_access(&Method::GET, "/v1/admit"), worker);
+        assert_eq!(required_access(&Method::POST, "/v1/admit"), worker);
     }
 
     #[test]
@@ -267,6 +271,10 @@ mod tests {
         let admin = Access::AtLeast(Role::Admin);
         for (method, path) in [
             (Method::GET, "/v1/quotas"),
+            (Method::GET, "/v1/route-classes"),
+            (Method::PUT, "/v1/route-classes/public-apis"),
+            (Method::DELETE, "/v1/route-classes/public-apis"),
+            (Method::PUT, "/v1/admit"),
             (Method::PUT, "/v1/quotas/ppf"),
             (Method::PATCH, "/v1/flows/invoice"),
             (Method::DELETE, "/v1/flows/invoice"),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+use crate::admission::{RouteClass, RouteClassSettings};
 use crate::mirror::Mirror;
 
 mod settings;
@@ -151,6 +152,7 @@ pub struct Rule {
 pub struct Snapshot {
     quotas: HashMap<String, QuotaRule>,
     flows: HashMap<String, FlowRule>,
+    route_classes: HashMap<String, RouteClass>,
 }
 
 impl Snapshot {
@@ -169,6 +171,15 @@ impl Snapshot {
 
     pub fn flows(&self) -> impl Iterator<Item = &FlowRule> {
         self.flows.values()
+    }
+
+    /// The admission profile a gateway names (design.md §11).
+    pub fn route_class(&self, name: &str) -> Option<&RouteClass> {
+        self.route_classes.get(name)
+    }
+
+    pub fn route_classes(&self) -> impl Iterator<Item = &RouteClass> {
+        self.route_classes.values()
     }
 }
 
@@ -195,13 +206,16 @@ impl Catalog {
         self.current.reload(load).await
     }
 
-    /// Reads both tables in one transaction so the snapshot is consistent.
+    /// Reads the tables in one transaction so the snapshot is consistent.
     async fn load(pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
         let mut tx = pool.begin().await?;
         let quotas = sqlx::query_file!("sql/list_quotas.sql", None::<String>)
             .fetch_all(&mut *tx)
             .await?;
         let flows = sqlx::query_file!("sql/list_flows.sql", None::<String>)
+            .fetch_all(&mut *tx)
+            .await?;
+        let route_classes = sqlx::query_file!("sql/list_route_classes.sql", None::<String>)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -239,6 +253,23 @@ impl Catalog {
                         enforce_percent: f.enforce_percent.unwrap_or(100),
                     };
                     Some((f.name, rule))
+                })
+                .collect(),
+            route_classes: route_classes
+                .into_iter()
+                .map(|r| {
+                    let settings = RouteClassSettings {
+                        burst: r.burst,
+                        rate: r.rate,
+                        capacity: r.capacity,
+                        window_seconds: r.window_seconds,
+                        tenant_share: r.tenant_share,
+                    };
+                    let class = RouteClass {
+                        name: r.name.clone(),
+                        settings,
+                    };
+                    (r.name, class)
                 })
                 .collect(),
         });

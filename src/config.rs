@@ -11,6 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+use crate::admission::RouteClassSettings;
 use crate::auth::AuthMode;
 use crate::catalog::{Mode, QuotaLimits};
 
@@ -31,6 +32,7 @@ const ENV_KEYS: &[&str] = &[
     "history_retention",
     "audit_retention",
     "auth",
+    "admit_client_ip_header",
 ];
 
 /// `QUOTA_*` variables that belong to others on the same machine: the file
@@ -153,10 +155,20 @@ pub struct Config {
     /// How long the catalog audit trail is kept; 0: forever.
     #[serde(with = "humantime_serde_compat")]
     pub audit_retention: Duration,
+    /// Admission: the trusted forwarding header an anonymous caller's
+    /// address is read from (`X-Forwarded-For`: its last entry, the one the
+    /// trusted proxy added; `X-Real-IP`). Unset: the peer's address. Set it
+    /// only behind a proxy that sets or appends it, or callers choose their
+    /// own network.
+    #[serde(default)]
+    pub admit_client_ip_header: Option<String>,
     #[serde(default)]
     pub quotas: BTreeMap<String, QuotaLimits>,
     #[serde(default)]
     pub flows: BTreeMap<String, FlowSeed>,
+    /// Route classes seeded at start-up (admission profiles, design.md §11).
+    #[serde(default)]
+    pub route_classes: BTreeMap<String, RouteClassSettings>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -191,8 +203,10 @@ impl Default for Config {
             work_retention: Duration::from_secs(7 * 24 * 3600),
             history_retention: Duration::from_secs(90 * 24 * 3600),
             audit_retention: Duration::ZERO,
+            admit_client_ip_header: None,
             quotas: BTreeMap::new(),
             flows: BTreeMap::new(),
+            route_classes: BTreeMap::new(),
         }
     }
 }
@@ -258,6 +272,22 @@ impl Config {
                 .settings(self.hourly_ceiling)
                 .map_err(|why| invalid(&format!("quotas.{name}"), why))?;
         }
+        if let Some(header) = &self.admit_client_ip_header {
+            axum::http::HeaderName::try_from(header.as_str()).map_err(|_| {
+                invalid(
+                    "admit_client_ip_header",
+                    format!("`{header}` is not a header name"),
+                )
+            })?;
+        }
+        for (name, class) in &self.route_classes {
+            crate::catalog::validate_name(name)
+                .map_err(|why| invalid(&format!("route_classes.{name}"), why))?;
+            class
+                .clone()
+                .validated()
+                .map_err(|why| invalid(&format!("route_classes.{name}"), why))?;
+        }
         for (name, flow) in &self.flows {
             crate::catalog::validate_name(name)
                 .map_err(|why| invalid(&format!("flows.{name}"), why))?;
@@ -295,7 +325,9 @@ impl fmt::Debug for Config {
             .field("history_retention", &self.history_retention)
             .field("audit_retention", &self.audit_retention)
             .field("quotas", &self.quotas)
+            .field("admit_client_ip_header", &self.admit_client_ip_header)
             .field("flows", &self.flows)
+            .field("route_classes", &self.route_classes)
             .finish()
     }
 }

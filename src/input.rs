@@ -169,6 +169,17 @@ pub mod schema {
         string(1, MAX_REF_LEN, Some(PRINTABLE_PATTERN), true)
     }
 
+    /// A principal or tenant in a JSON body: printable, like a reference.
+    pub fn optional_identifier() -> Schema {
+        string(1, MAX_REF_LEN, Some(PRINTABLE_PATTERN), true)
+    }
+
+    /// A principal or tenant in a header: visible ASCII, spaces inside only
+    /// (HTTP trims a header value's ends).
+    pub fn header_identifier() -> Schema {
+        string(1, MAX_REF_LEN, Some("^[!-~]([ -~]*[!-~])?$"), false)
+    }
+
     /// A duration as `humantime` reads it: `30s`, `5m`, `1h 30m`.
     pub fn duration() -> Schema {
         string(1, MAX_TEXT_LEN, Some(DURATION_PATTERN), false)
@@ -239,6 +250,15 @@ pub mod integer {
         T: TryFrom<i64>,
     {
         d.deserialize_option(Whole(PhantomData))
+    }
+
+    /// `#[serde(deserialize_with = "crate::input::integer::required")]`
+    pub fn required<'de, D, T>(d: D) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TryFrom<i64>,
+    {
+        optional(d)?.ok_or_else(|| de::Error::custom("an integer is required, not null"))
     }
 
     /// A merge-patch integer: `null` removes, a value sets.

@@ -1,6 +1,7 @@
 //! quota-arbiter: many workers share a third-party quota, with PostgreSQL as
 //! the single atomic arbiter. See docs/design.md for the contract.
 
+pub mod admission;
 pub mod arbiter;
 pub mod auth;
 pub mod bypass;

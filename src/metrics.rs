@@ -23,6 +23,10 @@ use crate::decision::{Decision, Outcome};
 /// Flow label used for every flow the catalog does not know.
 pub const UNKNOWN_FLOW: &str = "_unknown";
 
+/// Route class label of an admission answered before the catalog is loaded
+/// (a class the catalog does not know is a 404, not counted).
+pub const UNKNOWN_ROUTE_CLASS: &str = "_unknown";
+
 /// The Prometheus text format the exposition is written in.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -32,6 +36,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// finish within the store timeout.
 pub const STORE_OPERATIONS: &[&str] = &[
     "request",
+    "admit",
     "reserve",
     "read_clock",
     "take_slots",
@@ -99,6 +104,14 @@ struct QuotaLabels {
     quota: String,
 }
 
+/// An admission answer: the route class (from the catalog, never a caller's
+/// text) and the outcome. Never a principal or a tenant.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmitLabels {
+    route_class: String,
+    outcome: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
     state: String,
@@ -117,6 +130,12 @@ pub struct WindowUsage {
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    /// Admission (design.md §11), named `quota_admit_*` as the gateway
+    /// operators' alert rules know them: a registry of its own, prefixed
+    /// `quota` rather than `quota_arbiter`.
+    admission: Arc<Registry>,
+    admits: Family<AdmitLabels, Counter>,
+    admit_seconds: Histogram,
     decisions: Family<DecisionLabels, Counter>,
     would_defer: Family<DecisionLabels, Counter>,
     reserve_seconds: Histogram,
@@ -213,8 +232,24 @@ impl Metrics {
             "Cadence bucket size in force, after adaptive shrinking",
             effective_burst.clone(),
         );
+        let mut admission = Registry::with_prefix("quota");
+        let admits = Family::<AdmitLabels, Counter>::default();
+        admission.register(
+            "admit",
+            "Admission answers by route class and outcome (admitted, caller_rate_limited, capacity_exhausted, store_unavailable)",
+            admits.clone(),
+        );
+        let admit_seconds = Histogram::new(exponential_buckets(0.0002, 2.0, 16));
+        admission.register(
+            "admit_duration_seconds",
+            "Time spent in the store's admission statement, per admission",
+            admit_seconds.clone(),
+        );
         let metrics = Self {
             registry: Arc::new(registry),
+            admission: Arc::new(admission),
+            admits,
+            admit_seconds,
             effective_rate,
             effective_burst,
             flow_mode,
@@ -256,6 +291,34 @@ impl Metrics {
             self.would_defer.get_or_create(&labels).inc();
         }
         self.decisions.get_or_create(&labels).inc();
+    }
+
+    /// One admission answer of a route class the catalog knows
+    /// ([`UNKNOWN_ROUTE_CLASS`] before the catalog is loaded).
+    pub fn record_admit(&self, route_class: &str, outcome: crate::admission::Outcome) {
+        self.admits
+            .get_or_create(&AdmitLabels {
+                route_class: route_class.to_string(),
+                outcome: outcome.label().to_string(),
+            })
+            .inc();
+    }
+
+    pub fn record_admit_seconds(&self, seconds: f64) {
+        self.admit_seconds.observe(seconds);
+    }
+
+    /// Creates, at zero, the admission counters of every route class.
+    pub fn register_route_classes<'a>(&self, classes: impl IntoIterator<Item = &'a str>) {
+        for route_class in classes {
+            for outcome in crate::admission::Outcome::ALL {
+                let labels = AdmitLabels {
+                    route_class: route_class.to_string(),
+                    outcome: outcome.label().to_string(),
+                };
+                create_at_zero(&self.admits, &labels);
+            }
+        }
     }
 
     pub fn record_reserve_seconds(&self, seconds: f64) {
@@ -367,7 +430,9 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ =
             prometheus_client::encoding::text::encode_registry(&mut open_metrics, &self.registry);
-        prometheus_text(&open_metrics)
+        let mut admission = String::new();
+        let _ = prometheus_client::encoding::text::encode_registry(&mut admission, &self.admission);
+        prometheus_text(&open_metrics) + &prometheus_text(&admission)
     }
 }
 

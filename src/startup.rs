@@ -35,6 +35,13 @@ const STARTUP_WAIT: Duration = Duration::from_secs(3);
 /// How long the record of which key took a lease is kept: far past the
 /// lease's own 60 s at most, so a late report still finds its holder.
 const LEASE_HOLDER_RETENTION: Duration = Duration::from_secs(3600);
+/// How long a caller's admission bucket stays once it is full again (it then
+/// reads like a missing one): a minute spares a caller that comes back soon
+/// an insert, and keeps ten thousand idle callers from piling up.
+const FULL_BUCKET_GRACE: Duration = Duration::from_secs(60);
+/// How long admission counts are kept after their window ended: enough to
+/// look at the last hour by hand; they decide nothing once it is over.
+const ADMIT_WINDOW_RETENTION: Duration = Duration::from_secs(3600);
 /// How long a graceful shutdown may spend writing the counts still in
 /// memory (statements answered late included) before giving them up.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -95,6 +102,11 @@ impl Application {
             store_timeout: config.store_timeout,
             lease_duration: config.lease_duration,
             history_retention: config.history_retention,
+            // Checked when the configuration was loaded.
+            admit_client_ip_header: config
+                .admit_client_ip_header
+                .as_deref()
+                .and_then(|name| axum::http::HeaderName::try_from(name).ok()),
         };
         let retentions = [
             (Pruned::DoneWork, config.work_retention),
@@ -102,6 +114,8 @@ impl Application {
             (Pruned::Tallies, config.history_retention),
             (Pruned::AuditTrail, config.audit_retention),
             (Pruned::LeaseHolders, LEASE_HOLDER_RETENTION),
+            (Pruned::FullBuckets, FULL_BUCKET_GRACE),
+            (Pruned::AdmitWindows, ADMIT_WINDOW_RETENTION),
         ];
         let bootstrap = tokio::spawn(bootstrap(
             config,
@@ -165,7 +179,9 @@ impl Application {
     ) -> std::io::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
         let pool = self.state.store.pool().clone();
-        let served = axum::serve(self.listener, http::app(self.state))
+        // The peer's address is the anonymous admission class's fallback.
+        let app = http::app(self.state).into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(stop)
             .await;
         for task in &self.background {
@@ -205,6 +221,11 @@ async fn bootstrap_once(
         store::migrate(store.pool()).await?;
     }
     store::seed_catalog(store.pool(), config).await?;
+    for (name, class) in &config.route_classes {
+        if !store.seed_route_class(name, class).await? {
+            tracing::debug!(route_class = %name, "route class already in the table; the table wins");
+        }
+    }
     keys.refresh(store).await?;
     catalog.refresh(store.pool()).await?;
     Ok(())
@@ -282,6 +303,10 @@ enum Pruned {
     Tallies,
     AuditTrail,
     LeaseHolders,
+    /// Callers' admission buckets full again for a while.
+    FullBuckets,
+    /// Admission counts of windows long over.
+    AdmitWindows,
 }
 
 impl Pruned {
@@ -297,6 +322,8 @@ impl Pruned {
             Pruned::Tallies => store.prune_tallies(retention, batch).await,
             Pruned::AuditTrail => store.prune_audit(retention, batch).await,
             Pruned::LeaseHolders => store.prune_lease_holders(retention, batch).await,
+            Pruned::FullBuckets => store.prune_admit_buckets(retention, batch).await,
+            Pruned::AdmitWindows => store.prune_admit_windows(retention, batch).await,
         }
     }
 }

@@ -68,6 +68,7 @@ const LATE_LIMIT: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Operation {
     Reserve,
+    Admit,
     ReadClock,
     TakeSlots,
     GiveBackSlots,
@@ -83,6 +84,7 @@ impl Operation {
     pub(super) fn label(self) -> &'static str {
         match self {
             Operation::Reserve => "reserve",
+            Operation::Admit => "admit",
             Operation::ReadClock => "read_clock",
             Operation::TakeSlots => "take_slots",
             Operation::GiveBackSlots => "give_back_slots",
@@ -138,6 +140,7 @@ macro_rules! no_clock {
 
 no_clock!(
     (),
+    crate::admission::Admission,
     crate::store::work::Backlog,
     Option<crate::store::WorkItem>,
     (crate::store::WorkItem, bool),
@@ -194,9 +197,11 @@ impl Shell {
         let deadline = self.deadline.unwrap_or(started + self.budget);
         let failure = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(answer)) => {
+                let seconds = started.elapsed().as_secs_f64();
                 if operation.decides() {
-                    let seconds = started.elapsed().as_secs_f64();
                     self.metrics.record_reserve_seconds(seconds);
+                } else if operation == Operation::Admit {
+                    self.metrics.record_admit_seconds(seconds);
                 }
                 if let Some(clock) = answer.clock() {
                     self.clock.note(clock);
@@ -279,8 +284,9 @@ mod tests {
     use super::*;
     use crate::metrics::STORE_OPERATIONS;
 
-    const ALL: [Operation; 10] = [
+    const ALL: [Operation; 11] = [
         Operation::Reserve,
+        Operation::Admit,
         Operation::ReadClock,
         Operation::TakeSlots,
         Operation::GiveBackSlots,

@@ -15,7 +15,7 @@ use crate::report::{self, Report};
 use crate::store::{FlowRow, QuotaRow, WindowRow};
 
 /// Who the audit trail names for changes made with the admin token.
-const ADMIN_ACTOR: &str = "api:admin";
+pub(super) const ADMIN_ACTOR: &str = "api:admin";
 
 /// At most a month of hourly windows in one answer.
 const MAX_WINDOW_HOURS: i32 = 744;
@@ -72,7 +72,7 @@ async fn known_quota(state: &AppState, quota: Option<&str>) -> Result<(), ApiErr
 
 /// Every replica reloads on the catalog trigger's NOTIFY; this one reloads at
 /// once so its own next answer already obeys the change.
-async fn changed<T>(state: &AppState, answer: T) -> Result<T, ApiError> {
+pub(super) async fn changed<T>(state: &AppState, answer: T) -> Result<T, ApiError> {
     state.catalog.refresh(state.store.pool()).await?;
     Ok(answer)
 }

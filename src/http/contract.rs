@@ -18,6 +18,7 @@ use crate::input;
 /// Completes every operation of the document.
 pub fn complete(openapi: &mut OpenApi) {
     refine_bodies(openapi);
+    document_admission(openapi);
     for (path, item) in openapi.paths.paths.iter_mut() {
         let api = path.starts_with("/v1/");
         for operation in operations(item) {
@@ -93,6 +94,79 @@ fn refine_bodies(openapi: &mut OpenApi) {
     }
 }
 
+/// What both forms of `/v1/admit` answer besides admitted (design.md §11),
+/// and the caller's RateLimit fields on every answer about a route class.
+fn document_admission(openapi: &mut OpenApi) {
+    let Some(item) = openapi.paths.paths.get_mut("/v1/admit") else {
+        return;
+    };
+    let text = || -> Schema { ObjectBuilder::new().schema_type(Type::String).into() };
+    let seconds = || -> Schema {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(1))
+            .into()
+    };
+    let header = |schema: Schema, description: &str| {
+        HeaderBuilder::new()
+            .schema(schema)
+            .description(Some(description))
+            .build()
+    };
+    let policy = || {
+        header(
+            text(),
+            "The caller's own bucket: \"<route class>\";q=<burst>;w=<seconds the rate takes to refill it>",
+        )
+    };
+    let limit = |when: &str| {
+        header(
+            text(),
+            &format!(
+                "\"<route class>\";r=<requests it may send now>;t=<seconds until r grows>{when}"
+            ),
+        )
+    };
+    for operation in operations(item) {
+        let responses = &mut operation.responses.responses;
+        for (status, response) in responses.iter_mut() {
+            if let (true, RefOr::T(response)) = (status.starts_with('2'), response) {
+                response.headers.insert("RateLimit-Policy".into(), policy());
+                response.headers.insert("RateLimit".into(), limit(""));
+            }
+        }
+        let refusals = [
+            ("404", "No such route class", vec![]),
+            (
+                "429",
+                "caller-rate-limited: this caller's own bucket is empty",
+                vec![
+                    ("Retry-After", header(seconds(), "Seconds until this caller's next token: the RateLimit field's t")),
+                    ("RateLimit-Policy", policy()),
+                    ("RateLimit", limit("")),
+                ],
+            ),
+            (
+                "503",
+                "capacity-exhausted: the tenant's share or the route class's capacity is taken for this \
+                 window; or store-unavailable: nothing admitted (fail closed)",
+                vec![
+                    ("Retry-After", header(seconds(), "capacity-exhausted: seconds until the window ends; store-unavailable: 2")),
+                    ("RateLimit-Policy", policy()),
+                    ("RateLimit", limit(" (capacity-exhausted only: store-unavailable read no bucket)")),
+                ],
+            ),
+        ];
+        for (status, description, headers) in refusals {
+            let mut response = ResponseBuilder::new().description(description);
+            for (name, header) in headers {
+                response = response.header(name, header);
+            }
+            responses.insert(status.to_string(), response.build().into());
+        }
+    }
+}
+
 fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     [
         &mut item.get,
@@ -120,6 +194,10 @@ fn constrain_parameters(operation: &mut Operation) {
                     .into()
             }
             ("since", ParameterIn::Query) => input::schema::duration(),
+            ("X-Quota-Route-Class", ParameterIn::Header) => input::schema::name(),
+            ("X-Quota-Principal" | "X-Quota-Tenant", ParameterIn::Header) => {
+                input::schema::header_identifier()
+            }
             ("id", ParameterIn::Path) => ObjectBuilder::new()
                 .schema_type(SchemaType::Type(Type::Integer))
                 .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))

@@ -41,6 +41,14 @@ pub enum ApiError {
     Conflict(String),
     #[error("method not allowed on this resource")]
     MethodNotAllowed,
+    /// Admission: the caller's own bucket is empty (its limit, not the
+    /// provider's); the admit handler adds `Retry-After` and the RateLimit fields.
+    #[error("{0}")]
+    CallerRateLimited(String),
+    /// Admission: the tenant's share or the route class's shared capacity is
+    /// taken for this window (the provider's limit, not the caller's).
+    #[error("{0}")]
+    CapacityExhausted(String),
     #[error(transparent)]
     StoreUnavailable(#[from] StoreUnavailable),
     #[error(transparent)]
@@ -96,6 +104,16 @@ impl ApiError {
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method-not-allowed",
                 "Method not allowed",
+            ),
+            ApiError::CallerRateLimited(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "caller-rate-limited",
+                "Caller rate limited",
+            ),
+            ApiError::CapacityExhausted(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "capacity-exhausted",
+                "Capacity exhausted",
             ),
             ApiError::StoreUnavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -1,6 +1,7 @@
 //! The HTTP surface (design.md §4): one router per module, merged here.
 
 mod admin;
+mod admit;
 mod auth;
 mod batch;
 mod contract;
@@ -10,6 +11,7 @@ mod extract;
 mod feedback;
 mod ops;
 mod reserve;
+mod route_classes;
 mod stream;
 mod work;
 
@@ -63,6 +65,9 @@ pub struct AppState {
     pub lease_duration: Duration,
     /// How long windows and tallies are kept, for the report to say; 0: forever.
     pub history_retention: Duration,
+    /// Admission: the trusted forwarding header an anonymous caller's address
+    /// is read from (`X-Forwarded-For`, `X-Real-IP`); none: the peer's address.
+    pub admit_client_ip_header: Option<axum::http::HeaderName>,
 }
 
 #[derive(OpenApi)]
@@ -96,10 +101,12 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
     };
     let (routes, mut spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(reserve::router())
+        .merge(admit::router())
         .merge(stream::router())
         .merge(batch::router())
         .merge(work::router())
         .merge(bounded(admin::router()))
+        .merge(bounded(route_classes::router()))
         .merge(ops::router())
         .merge(dashboard::router())
         .merge(bounded(feedback::router()))

@@ -66,11 +66,15 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readines
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let flows: Vec<_> = state
-        .catalog
-        .snapshot()
+    let snapshot = state.catalog.snapshot();
+    let flows: Vec<_> = snapshot
+        .as_ref()
         .map(|s| s.flows().cloned().collect())
         .unwrap_or_default();
+    if let Some(snapshot) = &snapshot {
+        let classes = snapshot.route_classes().map(|c| c.name.as_str());
+        state.metrics.register_route_classes(classes);
+    }
     let usage = tokio::time::timeout(state.store_timeout, state.store.current_usage())
         .await
         .ok()

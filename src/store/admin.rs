@@ -80,7 +80,10 @@ pub enum CatalogError {
 impl Store {
     /// Opens a transaction whose catalog changes the audit trigger attributes
     /// to `actor` (e.g. `api:admin`, `cli:alice`).
-    async fn as_actor(&self, actor: &str) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    pub(super) async fn as_actor(
+        &self,
+        actor: &str,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         sqlx::query_file_scalar!("sql/declare_actor.sql", actor)
             .fetch_one(&mut *tx)

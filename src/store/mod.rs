@@ -13,6 +13,7 @@ macro_rules! clock_reading {
 }
 
 mod admin;
+mod admit;
 mod bootstrap;
 pub mod claim;
 mod history;
@@ -25,6 +26,7 @@ mod stream;
 pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
+pub use admit::RouteClassRow;
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
 pub use keys::{ActiveKey, KeyRow};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};

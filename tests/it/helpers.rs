@@ -342,6 +342,8 @@ pub fn stdout(output: &std::process::Output) -> String {
 pub struct Replica {
     pub base: String,
     child: tokio::process::Child,
+    /// Every line it has logged (JSON) since it listened.
+    logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Replica {
@@ -383,11 +385,23 @@ impl Replica {
         .await
         .expect("server listens within 20 s");
         // Keep draining the log so the server never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let kept = logs.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                kept.lock().unwrap().push(line);
+            }
+        });
         Self {
             base: format!("http://{addr}"),
             child,
+            logs,
         }
+    }
+
+    /// The lines it has logged since it listened.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
     }
 
     /// SIGKILL: no graceful shutdown, nothing flushed.
@@ -482,6 +496,25 @@ impl StoreProxy {
             task.abort();
         }
     }
+}
+
+/// The app on a pool that reaches the store through a proxy the test can cut.
+pub async fn behind_a_proxy(pool: &PgPool) -> (StoreProxy, TestApp) {
+    let proxy = StoreProxy::start(postgres_host_port()).await;
+    let url = database_url(pool, &proxy.addr.to_string()).await;
+    let config = test_config();
+    let proxied = PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(config.store_timeout)
+        .connect_lazy(&url)
+        .unwrap();
+    (proxy, TestApp::spawn_with(proxied, config).await)
+}
+
+/// The slug of a problem document's `type` (`store-unavailable`, …).
+pub fn problem_slug(problem: &Value) -> String {
+    let kind = problem["type"].as_str().expect("a problem type");
+    kind.rsplit('/').next().unwrap_or(kind).to_string()
 }
 
 /// The first of `names` found as a file on `PATH`: tools a test needs that CI

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    cli, create_flow, database_url, eventually, postgres_host_port, set_limits, stdout,
-    test_config, Replica, TestApp, ADMIN_TOKEN,
+    cli, create_flow, database_url, eventually, postgres_host_port, problem_slug, set_limits,
+    stdout, test_config, Replica, TestApp, ADMIN_TOKEN,
 };
 
 /// A key straight in the table, as `keys create` stores it.
@@ -57,13 +57,7 @@ async fn problem_type(response: reqwest::Response) -> String {
         "application/problem+json"
     );
     let problem: Value = response.json().await.unwrap();
-    problem["type"]
-        .as_str()
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string()
+    problem_slug(&problem)
 }
 
 #[sqlx::test]

@@ -2,6 +2,7 @@
 //! test, a fresh database per test via `#[sqlx::test]`.
 
 mod admin;
+mod admit;
 mod batch;
 mod cadence;
 mod config;

@@ -7,32 +7,17 @@ use chrono::{DateTime, Utc};
 use quota_arbiter::decision::{Decision, Outcome};
 use reqwest::Method;
 use serde_json::{json, Value};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    batch_outcomes, create_flow, current_count, database_url, eventually, hold_time_samples,
-    lock_window, metrics_text, pin_clock, post_batch, postgres_host_port, set_limits, test_config,
-    Replica, StoreProxy, TestApp,
+    batch_outcomes, behind_a_proxy, create_flow, current_count, eventually, hold_time_samples,
+    lock_window, metrics_text, pin_clock, post_batch, set_limits, test_config, Replica, TestApp,
 };
 
 async fn seed(pool: &PgPool) {
     create_flow(pool, "ppf", 100, "invoice", "enforce").await;
     create_flow(pool, "ppf", 100, "status-report", "observe").await;
     create_flow(pool, "ppf", 100, "ack", "count").await;
-}
-
-/// The app on a pool that reaches the store through a proxy the test can cut.
-async fn behind_a_proxy(pool: &PgPool) -> (StoreProxy, TestApp) {
-    let proxy = StoreProxy::start(postgres_host_port()).await;
-    let url = database_url(pool, &proxy.addr.to_string()).await;
-    let config = test_config();
-    let proxied = PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(config.store_timeout)
-        .connect_lazy(&url)
-        .unwrap();
-    (proxy, TestApp::spawn_with(proxied, config).await)
 }
 
 #[sqlx::test]

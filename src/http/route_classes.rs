@@ -1,0 +1,124 @@
+//! Admin API: route classes, the admission profiles (design.md §11), with
+//! the conventions of quotas and flows: `PUT` replaces the whole class,
+//! `PATCH` changes the fields given, `GET` reads one or all, `DELETE` removes
+//! one. Admin role.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::admin::{changed, ADMIN_ACTOR};
+use super::error::{ApiError, Problem};
+use super::extract::{Admin, ApiJson, ApiPath};
+use super::AppState;
+use crate::admission::{RouteClassPatch, RouteClassSettings};
+use crate::catalog::validate_name;
+use crate::store::RouteClassRow;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_route_classes))
+        .routes(routes!(
+            get_route_class,
+            put_route_class,
+            patch_route_class,
+            delete_route_class
+        ))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RouteClassList {
+    pub route_classes: Vec<RouteClassRow>,
+}
+
+fn valid_name(name: &str) -> Result<(), ApiError> {
+    validate_name(name).map_err(|why| ApiError::Invalid(format!("route class name {why}")))
+}
+
+/// One route class.
+#[utoipa::path(get, path = "/v1/route-classes/{name}", tag = "admin",
+    params(("name" = String, Path, description = "Route class name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = RouteClassRow), (status = 401, body = Problem), (status = 404, body = Problem)))]
+pub async fn get_route_class(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<RouteClassRow>, ApiError> {
+    valid_name(&name)?;
+    let row = state.store.route_class(&name).await?;
+    row.map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no route class `{name}`")))
+}
+
+/// Create a route class or replace all its settings (every field required).
+#[utoipa::path(put, path = "/v1/route-classes/{name}", tag = "admin", request_body = RouteClassSettings,
+    params(("name" = String, Path, description = "Route class name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = RouteClassRow), (status = 401, body = Problem), (status = 422, body = Problem)))]
+pub async fn put_route_class(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<RouteClassSettings>,
+) -> Result<Json<RouteClassRow>, ApiError> {
+    valid_name(&name)?;
+    let settings = body.validated().map_err(ApiError::Invalid)?;
+    let row = state
+        .store
+        .put_route_class(ADMIN_ACTOR, &name, &settings)
+        .await?;
+    changed(&state, Json(row)).await
+}
+
+/// Change only the fields given (JSON merge patch); every setting is
+/// required, so `null` is refused. The class must exist (404; PUT creates).
+#[utoipa::path(patch, path = "/v1/route-classes/{name}", tag = "admin", request_body(content = RouteClassPatch,
+        content_type = "application/merge-patch+json"),
+    params(("name" = String, Path, description = "Route class name")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = RouteClassRow), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn patch_route_class(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(patch): ApiJson<RouteClassPatch>,
+) -> Result<Json<RouteClassRow>, ApiError> {
+    valid_name(&name)?;
+    let row = state
+        .store
+        .patch_route_class(ADMIN_ACTOR, &name, patch)
+        .await?;
+    changed(&state, Json(row)).await
+}
+
+/// Delete a route class and its admission counts.
+#[utoipa::path(delete, path = "/v1/route-classes/{name}", tag = "admin",
+    params(("name" = String, Path, description = "Route class name")),
+    security(("admin_token" = [])),
+    responses((status = 204), (status = 401, body = Problem), (status = 404, body = Problem)))]
+pub async fn delete_route_class(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    valid_name(&name)?;
+    state.store.delete_route_class(ADMIN_ACTOR, &name).await?;
+    changed(&state, StatusCode::NO_CONTENT).await
+}
+
+/// List route classes.
+#[utoipa::path(get, path = "/v1/route-classes", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, body = RouteClassList), (status = 401, body = Problem)))]
+pub async fn list_route_classes(
+    _: Admin,
+    State(state): State<AppState>,
+) -> Result<Json<RouteClassList>, ApiError> {
+    Ok(Json(RouteClassList {
+        route_classes: state.store.list_route_classes().await?,
+    }))
+}

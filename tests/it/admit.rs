@@ -1,0 +1,786 @@
+//! Caller-scoped admission (`/v1/admit`, design.md §11): tenant shares of a
+//! shared route class, each caller's burst and sustained rate, the anonymous
+//! class by network range, fail closed when the store is cut, the RateLimit
+//! fields and Retry-After in agreement, no neighbour leakage, and roles.
+
+use std::time::{Duration, Instant};
+
+use quota_arbiter::auth::{self, AuthMode};
+use quota_arbiter::config::Config;
+use quota_arbiter::store::Store;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{
+    behind_a_proxy, database_url, metrics_text, pin_clock, pin_clock_at, postgres_host_port,
+    problem_slug, test_config, Replica, TestApp, ADMIN_TOKEN,
+};
+
+/// A route class straight through the admin API.
+async fn route_class(app: &TestApp, name: &str, profile: Value) {
+    let response = app
+        .admin(Method::PUT, &format!("/v1/route-classes/{name}"))
+        .json(&profile)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "PUT route class {name}");
+}
+
+/// `GET /v1/admit` for a principal of a tenant (`None`: anonymous).
+async fn admit(app: &TestApp, who: Option<(&str, &str)>, class: &str) -> reqwest::Response {
+    let mut request = app
+        .client
+        .get(format!("{}/v1/admit", app.base))
+        .header("X-Quota-Route-Class", class);
+    if let Some((principal, tenant)) = who {
+        request = request
+            .header("X-Quota-Principal", principal)
+            .header("X-Quota-Tenant", tenant);
+    }
+    request.send().await.unwrap()
+}
+
+/// An anonymous caller behind a proxy that forwards `address`.
+async fn admit_from(app: &TestApp, address: &str, class: &str) -> reqwest::Response {
+    app.client
+        .get(format!("{}/v1/admit", app.base))
+        .header("X-Quota-Route-Class", class)
+        .header("X-Forwarded-For", format!("192.0.2.250, {address}"))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Everything a caller sees of an answer: status, every header, the body.
+struct Seen {
+    status: StatusCode,
+    headers: String,
+    body: String,
+    retry_after: Option<u64>,
+    ratelimit: Option<String>,
+    policy: Option<String>,
+}
+
+async fn seen(response: reqwest::Response) -> Seen {
+    let status = response.status();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let retry_after = header("retry-after").map(|v| v.parse().unwrap());
+    let (ratelimit, policy) = (header("ratelimit"), header("ratelimit-policy"));
+    let headers = format!("{:?}", response.headers());
+    let body = response.text().await.unwrap();
+    Seen {
+        status,
+        headers,
+        body,
+        retry_after,
+        ratelimit,
+        policy,
+    }
+}
+
+impl Seen {
+    fn problem_type(&self) -> String {
+        problem_slug(&serde_json::from_str(&self.body).unwrap())
+    }
+
+    /// `r` and `t` of the RateLimit field.
+    fn remaining_and_reset(&self) -> (u64, Option<u64>) {
+        let field = self.ratelimit.as_deref().expect("a RateLimit field");
+        let param = |key: &str| {
+            field
+                .split(';')
+                .find_map(|p| p.strip_prefix(&format!("{key}=")))
+                .map(|v| v.parse::<u64>().unwrap())
+        };
+        (param("r").expect("r"), param("t"))
+    }
+
+    fn mentions(&self, text: &str) -> bool {
+        self.headers.contains(text) || self.body.contains(text)
+    }
+}
+
+#[sqlx::test]
+async fn one_tenant_hammering_takes_no_more_than_its_share_and_the_other_is_admitted(pool: PgPool) {
+    // Ten minutes into the hour: the hour-long window does not turn over.
+    let pool = pin_clock(&pool, 10).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    // Callers' buckets never limit here: only the shares and the capacity.
+    let profile = json!({"burst": 1000, "rate": 100, "capacity": 10,
+                         "window_seconds": 3600, "tenant_share": 0.5});
+    route_class(&app, "partner-apis", profile).await;
+
+    let mut acme_admitted = 0;
+    for i in 0..30 {
+        let principal = format!("acme-user-{}", i % 4);
+        let answer = seen(admit(&app, Some((&principal, "acme")), "partner-apis").await).await;
+        match answer.status {
+            StatusCode::NO_CONTENT => acme_admitted += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                assert_eq!(answer.problem_type(), "capacity-exhausted");
+                assert!(answer.retry_after.is_some(), "until the window ends");
+            }
+            other => panic!("acme got {other}: {}", answer.body),
+        }
+    }
+    assert_eq!(acme_admitted, 5, "half of a capacity of 10");
+
+    // The other tenant still gets its share, and none of its answers names acme.
+    let mut globex_admitted = 0;
+    for i in 0..8 {
+        let principal = format!("globex-user-{}", i % 2);
+        let answer = seen(admit(&app, Some((&principal, "globex")), "partner-apis").await).await;
+        assert!(
+            !answer.mentions("acme"),
+            "globex sees nothing of acme: {} {}",
+            answer.headers,
+            answer.body
+        );
+        if answer.status == StatusCode::NO_CONTENT {
+            globex_admitted += 1;
+        } else {
+            assert_eq!(answer.problem_type(), "capacity-exhausted");
+        }
+    }
+    assert_eq!(globex_admitted, 5);
+    let counted: i64 =
+        sqlx::query_scalar("SELECT admitted FROM admit_window WHERE route_class = 'partner-apis'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(counted, 10);
+
+    let metrics = metrics_text(&app.client, &app.base).await;
+    for (outcome, count) in [("admitted", 10), ("capacity_exhausted", 28)] {
+        let series = format!(
+            r#"quota_admit_total{{route_class="partner-apis",outcome="{outcome}"}} {count}"#
+        );
+        assert!(metrics.contains(&series), "{series} in\n{metrics}");
+    }
+    assert!(!metrics.contains("acme") && !metrics.contains("globex-user"));
+}
+
+#[sqlx::test]
+async fn a_refusal_never_carries_another_callers_or_tenants_identifiers(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    let app = TestApp::spawn(pool).await;
+    let profile = json!({"burst": 2, "rate": 0.001, "capacity": 1000,
+                         "window_seconds": 60, "tenant_share": 1});
+    route_class(&app, "public-apis", profile).await;
+
+    // alice of acme spends her bucket; bob of globex spends his.
+    for who in [("alice", "acme"), ("bob", "globex")] {
+        for _ in 0..2 {
+            let answer = seen(admit(&app, Some(who), "public-apis").await).await;
+            assert_eq!(answer.status, StatusCode::NO_CONTENT);
+        }
+    }
+    for (who, others) in [
+        (("alice", "acme"), ["bob", "globex"]),
+        (("bob", "globex"), ["alice", "acme"]),
+    ] {
+        let answer = seen(admit(&app, Some(who), "public-apis").await).await;
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(answer.problem_type(), "caller-rate-limited");
+        for other in others {
+            assert!(
+                !answer.mentions(other),
+                "{who:?} sees `{other}`: {} {}",
+                answer.headers,
+                answer.body
+            );
+        }
+    }
+}
+
+#[sqlx::test]
+async fn a_principal_gets_its_burst_at_once_then_the_sustained_rate(pool: PgPool) {
+    let first = pin_clock_at(&pool, 600.0).await;
+    let app = TestApp::spawn(first).await;
+    // One token every 10 s: a slow machine cannot blur the count.
+    let profile = json!({"burst": 3, "rate": 0.1, "capacity": 1000,
+                         "window_seconds": 60, "tenant_share": 1});
+    route_class(&app, "public-apis", profile).await;
+
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(
+            admit(&app, Some(("alice", "acme")), "public-apis")
+                .await
+                .status(),
+        );
+    }
+    let admitted = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::NO_CONTENT)
+        .count();
+    assert_eq!(admitted, 3, "the burst at once: {statuses:?}");
+    let refused = seen(admit(&app, Some(("alice", "acme")), "public-apis").await).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry = refused.retry_after.expect("Retry-After on a 429");
+    assert!((9..=10).contains(&retry), "the next token in 10 s: {retry}");
+    // Another principal of the same tenant has a bucket of its own.
+    let carol = admit(&app, Some(("carol", "acme")), "public-apis").await;
+    assert_eq!(carol.status(), StatusCode::NO_CONTENT);
+
+    // 25 s later (database clock): two and a half tokens, so two admissions.
+    let later = pin_clock_at(&pool, 625.0).await;
+    let app = TestApp::spawn(later).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(
+            admit(&app, Some(("alice", "acme")), "public-apis")
+                .await
+                .status(),
+        );
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::NO_CONTENT,
+            StatusCode::NO_CONTENT,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[sqlx::test]
+async fn ratelimit_fields_describe_the_callers_own_bucket_and_agree_with_retry_after(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    let app = TestApp::spawn(pool).await;
+    let profile = json!({"burst": 2, "rate": 0.5, "capacity": 1000,
+                         "window_seconds": 60, "tenant_share": 1});
+    route_class(&app, "public-apis", profile).await;
+
+    let first = seen(admit(&app, Some(("alice", "acme")), "public-apis").await).await;
+    assert_eq!(first.status, StatusCode::NO_CONTENT);
+    assert_eq!(first.policy.as_deref(), Some("\"public-apis\";q=2;w=4"));
+    assert_eq!(first.retry_after, None);
+    let (remaining, reset) = first.remaining_and_reset();
+    assert_eq!(remaining, 1);
+    assert!(reset.is_some_and(|t| (1..=2).contains(&t)), "{reset:?}");
+
+    let second = seen(admit(&app, Some(("alice", "acme")), "public-apis").await).await;
+    assert_eq!(second.remaining_and_reset().0, 0);
+    let refused = seen(admit(&app, Some(("alice", "acme")), "public-apis").await).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let (remaining, reset) = refused.remaining_and_reset();
+    assert_eq!(remaining, 0);
+    assert_eq!(refused.retry_after, reset, "Retry-After is the field's t");
+    assert!(refused.retry_after.is_some_and(|s| (1..=2).contains(&s)));
+
+    // Someone else's bucket is full: the fields are per caller.
+    let bob = seen(admit(&app, Some(("bob", "acme")), "public-apis").await).await;
+    assert_eq!(bob.remaining_and_reset().0, 1);
+
+    // POST answers carry the same fields.
+    let posted = app
+        .client
+        .post(format!("{}/v1/admit", app.base))
+        .json(&json!({"principal": "dave", "tenant": "acme", "route_class": "public-apis"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), StatusCode::OK);
+    assert!(posted.headers().contains_key("ratelimit-policy"));
+    assert_eq!(posted.headers()["ratelimit"], "\"public-apis\";r=1;t=2");
+    let body: Value = posted.json().await.unwrap();
+    assert_eq!(body, json!({"admitted": true}));
+}
+
+#[sqlx::test]
+async fn all_or_nothing_a_share_refusal_spends_no_token_a_bucket_refusal_no_slot(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    // A tenant may take one admission of three in the window.
+    let profile = json!({"burst": 1, "rate": 0.001, "capacity": 3,
+                         "window_seconds": 3600, "tenant_share": 0.34});
+    route_class(&app, "partner-apis", profile).await;
+    let tokens = |who: (&'static str, &'static str)| {
+        let pool = pool.clone();
+        async move {
+            let key = quota_arbiter::admission::Caller::Principal {
+                principal: who.0.into(),
+                tenant: who.1.into(),
+            }
+            .bucket_key("partner-apis");
+            sqlx::query_scalar::<_, f64>("SELECT tokens FROM admit_bucket WHERE key = $1")
+                .bind(&key[..])
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let counts = || {
+        let pool = pool.clone();
+        async move {
+            let class: i64 = sqlx::query_scalar("SELECT admitted FROM admit_window")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            let tenant: i64 = sqlx::query_scalar(
+                "SELECT admitted FROM admit_tenant_window WHERE tenant = 'acme'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (class, tenant)
+        }
+    };
+
+    let alice = admit(&app, Some(("alice", "acme")), "partner-apis").await;
+    assert_eq!(alice.status(), StatusCode::NO_CONTENT);
+    // carol has a token, but acme has taken its share: her token stays.
+    let carol = seen(admit(&app, Some(("carol", "acme")), "partner-apis").await).await;
+    assert_eq!(carol.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(carol.problem_type(), "capacity-exhausted");
+    assert!((tokens(("carol", "acme")).await - 1.0).abs() < 0.01);
+    assert_eq!(carol.remaining_and_reset().0, 1, "her own bucket, unspent");
+    // alice's bucket is empty: no slot of the tenant or the class is spent.
+    let again = seen(admit(&app, Some(("alice", "acme")), "partner-apis").await).await;
+    assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(counts().await, (1, 1));
+    // The other tenant's admission is counted once, in its own row.
+    let bob = admit(&app, Some(("bob", "globex")), "partner-apis").await;
+    assert_eq!(bob.status(), StatusCode::NO_CONTENT);
+    assert_eq!(counts().await, (2, 1));
+}
+
+fn behind_a_proxy_config() -> Config {
+    Config {
+        admit_client_ip_header: Some("X-Forwarded-For".into()),
+        ..test_config()
+    }
+}
+
+#[sqlx::test]
+async fn anonymous_callers_share_a_bucket_per_network_range(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    let app = TestApp::spawn_with(pool.clone(), behind_a_proxy_config()).await;
+    let profile = json!({"burst": 2, "rate": 0.001, "capacity": 1000,
+                         "window_seconds": 60, "tenant_share": 1});
+    route_class(&app, "public-apis", profile).await;
+
+    // Two addresses of one /24 share its bucket of 2.
+    assert_eq!(
+        admit_from(&app, "203.0.113.7", "public-apis")
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        admit_from(&app, "203.0.113.99", "public-apis")
+            .await
+            .status(),
+        204
+    );
+    let third = seen(admit_from(&app, "203.0.113.200", "public-apis").await).await;
+    assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(!third.mentions("203.0.113"), "no address is echoed");
+    // Another /24 has its own; so has a /64 (two addresses of it share one).
+    assert_eq!(
+        admit_from(&app, "203.0.114.7", "public-apis")
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        admit_from(&app, "2001:db8:0:1::1", "public-apis")
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        admit_from(&app, "2001:db8:0:1::2", "public-apis")
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        admit_from(&app, "2001:db8:0:1:ffff::3", "public-apis")
+            .await
+            .status(),
+        429
+    );
+    assert_eq!(
+        admit_from(&app, "2001:db8:0:2::1", "public-apis")
+            .await
+            .status(),
+        204
+    );
+    // The leftmost entries are the caller's own writing: only the last counts.
+    let spoofed = app
+        .client
+        .get(format!("{}/v1/admit", app.base))
+        .header("X-Quota-Route-Class", "public-apis")
+        .header("X-Forwarded-For", "198.51.100.1, 203.0.113.8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // The anonymous callers count as one group, under no tenant's name.
+    let groups: Vec<String> = sqlx::query_scalar("SELECT tenant FROM admit_tenant_window")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(groups, [""]);
+
+    // The trusted header is missing: refused, not lumped into the proxy's range.
+    let missing = seen(admit(&app, None, "public-apis").await).await;
+    assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Without a trusted header, the peer's address (127.0.0.1 here) decides.
+    let direct = TestApp::spawn(pool).await;
+    assert_eq!(admit(&direct, None, "public-apis").await.status(), 204);
+    assert_eq!(admit(&direct, None, "public-apis").await.status(), 204);
+    assert_eq!(admit(&direct, None, "public-apis").await.status(), 429);
+}
+
+#[sqlx::test]
+async fn a_store_cut_is_503_store_unavailable_within_2_s_never_429(pool: PgPool) {
+    let (proxy, app) = behind_a_proxy(&pool).await;
+    let profile = json!({"burst": 1, "rate": 0.001, "capacity": 1000,
+                         "window_seconds": 60, "tenant_share": 1});
+    route_class(&app, "public-apis", profile).await;
+    // alice's bucket is empty: without the store she would be a 429.
+    assert_eq!(
+        admit(&app, Some(("alice", "acme")), "public-apis")
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        admit(&app, Some(("alice", "acme")), "public-apis")
+            .await
+            .status(),
+        429
+    );
+
+    proxy.cut();
+    for who in [("alice", "acme"), ("bob", "globex")] {
+        let started = Instant::now();
+        let answer = seen(admit(&app, Some(who), "public-apis").await).await;
+        let elapsed = started.elapsed();
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            answer.body
+        );
+        assert_eq!(answer.problem_type(), "store-unavailable");
+        assert!(elapsed < Duration::from_secs(2), "503 took {elapsed:?}");
+        assert_eq!(answer.retry_after, Some(2));
+        assert!(answer.policy.is_some(), "the class's policy is still known");
+        assert_eq!(answer.ratelimit, None, "no bucket was read");
+    }
+    proxy.restore();
+    let back =
+        crate::helpers::eventually(Duration::from_secs(10), StatusCode::NO_CONTENT, || async {
+            admit(&app, Some(("carol", "acme")), "public-apis")
+                .await
+                .status()
+        })
+        .await;
+    assert_eq!(back, StatusCode::NO_CONTENT);
+    let metrics = metrics_text(&app.client, &app.base).await;
+    let series = r#"quota_admit_total{route_class="public-apis",outcome="store_unavailable"} 2"#;
+    assert!(metrics.contains(series), "{series} in\n{metrics}");
+}
+
+#[sqlx::test]
+async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let profile = json!({"burst": 20, "rate": 5, "capacity": 600,
+                         "window_seconds": 60, "tenant_share": 0.5});
+    route_class(&app, "public-apis", profile.clone()).await;
+    let got = app
+        .admin_json(Method::GET, "/v1/route-classes/public-apis", None)
+        .await;
+    for field in [
+        "burst",
+        "rate",
+        "capacity",
+        "window_seconds",
+        "tenant_share",
+    ] {
+        assert_eq!(got[field].as_f64(), profile[field].as_f64(), "{field}");
+    }
+    let listed = app.admin_json(Method::GET, "/v1/route-classes", None).await;
+    assert_eq!(listed["route_classes"].as_array().unwrap().len(), 1);
+    // PATCH changes what it names; a null or a missing class is refused.
+    let patched = app
+        .admin(Method::PATCH, "/v1/route-classes/public-apis")
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"capacity": 900}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), StatusCode::OK);
+    let patched: Value = patched.json().await.unwrap();
+    assert_eq!(
+        (patched["capacity"].as_i64(), patched["burst"].as_f64()),
+        (Some(900), Some(20.0))
+    );
+    for (path, body, status) in [
+        (
+            "public-apis",
+            r#"{"rate": null}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        ("nope", r#"{"rate": 2}"#, StatusCode::NOT_FOUND),
+    ] {
+        let response = app
+            .admin(Method::PATCH, &format!("/v1/route-classes/{path}"))
+            .header("content-type", "application/merge-patch+json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{path} {body}");
+    }
+    for bad in [
+        json!({"burst": 20, "rate": 5, "capacity": 600, "window_seconds": 7, "tenant_share": 0.5}),
+        json!({"burst": 20, "rate": 5, "capacity": 600, "window_seconds": 60, "tenant_share": 0}),
+        json!({"burst": 20, "rate": 5, "capacity": 600, "window_seconds": 60}),
+    ] {
+        let response = app
+            .admin(Method::PUT, "/v1/route-classes/public-apis")
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    }
+
+    // Unknown class: 404; a bad header: 422; a principal without tenant: 422.
+    assert_eq!(
+        admit(&app, Some(("alice", "acme")), "nope").await.status(),
+        404
+    );
+    assert_eq!(
+        admit(&app, Some(("alice", "acme")), "no pe").await.status(),
+        422
+    );
+    let half = app
+        .client
+        .get(format!("{}/v1/admit", app.base))
+        .header("X-Quota-Route-Class", "public-apis")
+        .header("X-Quota-Principal", "alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(half.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let twice = app
+        .client
+        .get(format!("{}/v1/admit", app.base))
+        .header("X-Quota-Route-Class", "public-apis")
+        .header("X-Quota-Principal", "alice")
+        .header("X-Quota-Principal", "admin")
+        .header("X-Quota-Tenant", "acme")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let no_class = app
+        .client
+        .get(format!("{}/v1/admit", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_class.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    let deleted = app
+        .admin(Method::DELETE, "/v1/route-classes/public-apis")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        admit(&app, Some(("alice", "acme")), "public-apis")
+            .await
+            .status(),
+        404
+    );
+    let again = app
+        .admin(Method::DELETE, "/v1/route-classes/public-apis")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_FOUND);
+}
+
+#[sqlx::test]
+async fn in_keys_mode_a_gateway_admits_with_a_worker_key_and_admins_manage_classes(pool: PgPool) {
+    let key = |role: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let key = auth::new_key().unwrap();
+            Store::new(pool)
+                .create_key(None, role, None, &auth::key_hash(&key))
+                .await
+                .unwrap();
+            key
+        }
+    };
+    let (operator, worker, admin) = (
+        key("operator").await,
+        key("worker").await,
+        key("admin").await,
+    );
+    let config = Config {
+        auth: AuthMode::Keys,
+        ..test_config()
+    };
+    let app = TestApp::spawn_with(pool.clone(), config).await;
+    let profile = json!({"burst": 20, "rate": 5, "capacity": 600,
+                         "window_seconds": 60, "tenant_share": 0.5});
+    for (caller, expected) in [
+        (None, StatusCode::UNAUTHORIZED),
+        (Some(&operator), StatusCode::FORBIDDEN),
+        (Some(&worker), StatusCode::FORBIDDEN),
+        (Some(&admin), StatusCode::OK),
+    ] {
+        let mut request = app
+            .client
+            .put(format!("{}/v1/route-classes/public-apis", app.base))
+            .json(&profile);
+        if let Some(key) = caller {
+            request = request.bearer_auth(key);
+        }
+        assert_eq!(
+            request.send().await.unwrap().status(),
+            expected,
+            "PUT by {caller:?}"
+        );
+    }
+    for (caller, expected) in [
+        (None, StatusCode::UNAUTHORIZED),
+        (Some(&operator), StatusCode::FORBIDDEN),
+        (Some(&worker), StatusCode::NO_CONTENT),
+        (Some(&admin), StatusCode::NO_CONTENT),
+    ] {
+        let mut request = app
+            .client
+            .get(format!("{}/v1/admit", app.base))
+            .header("X-Quota-Route-Class", "public-apis")
+            .header("X-Quota-Principal", "alice")
+            .header("X-Quota-Tenant", "acme");
+        if let Some(key) = caller {
+            request = request.bearer_auth(key);
+        }
+        assert_eq!(
+            request.send().await.unwrap().status(),
+            expected,
+            "admit by {caller:?}"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn buckets_full_again_are_pruned_and_others_kept(pool: PgPool) {
+    let first = pin_clock_at(&pool, 600.0).await;
+    let app = TestApp::spawn(first).await;
+    route_class(
+        &app,
+        "quick",
+        json!({"burst": 1, "rate": 1, "capacity": 1000, "window_seconds": 60, "tenant_share": 1}),
+    )
+    .await;
+    route_class(
+        &app,
+        "slow",
+        json!({"burst": 1, "rate": 0.001, "capacity": 1000, "window_seconds": 60, "tenant_share": 1}),
+    )
+    .await;
+    for class in ["quick", "slow"] {
+        assert_eq!(
+            admit(&app, Some(("alice", "acme")), class).await.status(),
+            204
+        );
+    }
+    // 30 s later the quick bucket is full (for 29 s), the slow one is not.
+    let later = pin_clock_at(&pool, 630.0).await;
+    let store = Store::new(later.clone());
+    assert_eq!(
+        store
+            .prune_admit_buckets(Duration::from_secs(20), 100)
+            .await
+            .unwrap(),
+        1
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM admit_bucket")
+        .fetch_one(&later)
+        .await
+        .unwrap();
+    assert_eq!(left, 1);
+    // A window long over goes too.
+    let next_hours = pin_clock_at(&pool, 600.0 + 3.0 * 3600.0).await;
+    let pruned = Store::new(next_hours)
+        .prune_admit_windows(Duration::from_secs(3600), 100)
+        .await
+        .unwrap();
+    assert_eq!(pruned, 4, "two classes: their rows and their tenant's");
+}
+
+#[sqlx::test]
+async fn no_log_line_names_a_principal_or_a_tenant(pool: PgPool) {
+    let url = database_url(&pool, &postgres_host_port()).await;
+    // Debug: every request's span and event, the admission's included.
+    let replica = Replica::spawn_with(&url, &[("RUST_LOG", "debug")]).await;
+    let client = reqwest::Client::new();
+    let put = client
+        .put(format!("{}/v1/route-classes/public-apis", replica.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"burst": 1, "rate": 0.001, "capacity": 2,
+                      "window_seconds": 3600, "tenant_share": 0.5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let mut statuses = Vec::new();
+    for (principal, tenant) in [
+        ("alice-7f3", "acme-corp-91"),
+        ("alice-7f3", "acme-corp-91"),
+        ("carol-2b8", "acme-corp-91"),
+        ("bob-5d1", "globex-inc-44"),
+    ] {
+        let answer = client
+            .get(format!("{}/v1/admit", replica.base))
+            .header("X-Quota-Route-Class", "public-apis")
+            .header("X-Quota-Principal", principal)
+            .header("X-Quota-Tenant", tenant)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(answer.status().as_u16());
+    }
+    // Admitted, its own limit, its tenant's share, the other tenant admitted.
+    assert_eq!(statuses, [204, 429, 503, 204]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = replica.log_lines();
+    assert!(
+        logs.iter()
+            .any(|line| line.contains(r#""route_class":"public-apis""#)),
+        "the admissions were logged, with their route class: {logs:#?}"
+    );
+    for line in &logs {
+        for identifier in [
+            "alice-7f3",
+            "carol-2b8",
+            "bob-5d1",
+            "acme-corp-91",
+            "globex-inc-44",
+        ] {
+            assert!(!line.contains(identifier), "`{identifier}` logged: {line}");
+        }
+    }
+}
