@@ -74,23 +74,29 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            + make_interval(secs => floor(extract(epoch FROM ts - window_start_of(ts)) / seconds) * seconds)
 $$;
 
--- One admission decision (sql/admit.sql calls it: one statement, one round
--- trip). The limits come from the caller (the catalog's route class, the
--- tenant's allowance computed once in Rust); this function is the atomic part:
---   1. the caller's bucket (created full), locked, refilled to now: fewer
---      than one token refuses ('caller') and nothing is written;
---   2. the tenant's row of the window, locked: at its allowance, refuses
---      ('tenant_share') and nothing is written;
---   3. the class's row of the window, locked: at capacity, refuses
---      ('capacity') and nothing is written;
+-- Admission decisions, in one statement (sql/admit.sql calls it: one round
+-- trip): request i is caller p_keys[i] (a bucket key) of tenant p_tenants[i],
+-- all of route class p_route_class, decided in array order (arrival). A lone
+-- admission is a group of one; a replica gathers the admissions that arrive
+-- while one statement runs into the next group, so a hot route class costs
+-- one statement per group, not per request (design.md §11). The limits come
+-- from the caller (the catalog's route class, the tenant's allowance computed
+-- once in Rust); this function is the atomic part, per request:
+--   1. the caller's bucket (created full), refilled to now: fewer than one
+--      token refuses ('caller');
+--   2. the tenant's count of the window: at its allowance, refuses
+--      ('tenant_share');
+--   3. the class's count of the window: at capacity, refuses ('capacity');
 --   4. otherwise a token and a slot of each count are spent together.
--- Locks are always taken in that order (bucket, tenant row, class row), so
--- two admissions never wait on each other in a cycle. Each step reads the row
--- it has just locked (a plpgsql statement sees what committed before it),
--- which one SQL statement with CTEs could not: its snapshot is taken once.
+-- All or nothing per request: a refusal spends nothing. Rows are locked in
+-- one global order whatever the group (buckets in key order, then tenant rows
+-- in name order, then the class's row), so two statements never wait on each
+-- other in a cycle; each row is read once it is locked (plpgsql: each
+-- statement sees what committed before it, which one SQL statement of CTEs,
+-- reading every row as of its start, could not) and written once, at the end.
 -- The database clock only: arbiter_now().
-CREATE FUNCTION admit_caller(
-    p_key bytea, p_route_class text, p_tenant text,
+CREATE FUNCTION admit_callers(
+    p_keys bytea[], p_tenants text[], p_route_class text,
     p_burst double precision, p_rate double precision,
     p_capacity bigint, p_tenant_allowance bigint, p_window_seconds integer
 ) RETURNS TABLE (
@@ -98,73 +104,84 @@ CREATE FUNCTION admit_caller(
     window_start timestamptz, window_end timestamptz
 )
 LANGUAGE plpgsql AS $$
--- The output columns (tokens, window_start) are also column names of the
--- tables: in a statement, a bare name is the table's column.
 #variable_conflict use_column
 DECLARE
-    v_now     timestamptz := arbiter_now();
-    v_window  timestamptz := admit_window_of(v_now, p_window_seconds);
-    v_end     timestamptz := v_window + make_interval(secs => p_window_seconds);
-    v_tokens  double precision;
-    v_at      timestamptz;
-    v_tenant  bigint;
-    v_class   bigint;
+    v_now      timestamptz := arbiter_now();
+    v_window   timestamptz := admit_window_of(v_now, p_window_seconds);
+    v_end      timestamptz := v_window + make_interval(secs => p_window_seconds);
+    v_keys     bytea[];
+    v_tokens   double precision[];
+    v_at       timestamptz[];
+    v_spent    boolean[];
+    v_tenants  text[];
+    v_counts   bigint[];
+    v_class    bigint;
+    v_admitted bigint := 0;
+    v_refused  text[] := '{}';
+    v_left     double precision[] := '{}';
+    b integer;
+    t integer;
 BEGIN
-    SELECT b.tokens, b.refilled_at INTO v_tokens, v_at
-    FROM admit_bucket b WHERE b.key = p_key FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO admit_bucket (key, tokens, refilled_at, full_at)
-        VALUES (p_key, p_burst, v_now, v_now) ON CONFLICT (key) DO NOTHING;
-        SELECT b.tokens, b.refilled_at INTO v_tokens, v_at
-        FROM admit_bucket b WHERE b.key = p_key FOR UPDATE;
-    END IF;
-    -- A burst lowered since the bucket was filled caps it; time spent
-    -- waiting for the lock (v_now is before it) is never refilled twice.
-    v_tokens := least(p_burst, v_tokens + p_rate * greatest(0, extract(epoch FROM v_now - v_at)));
-    v_at := greatest(v_at, v_now);
-    IF v_tokens < 1 THEN
-        RETURN QUERY SELECT 'caller'::text, v_tokens, v_now, v_window, v_end;
-        RETURN;
-    END IF;
+    INSERT INTO admit_bucket (key, tokens, refilled_at, full_at)
+    SELECT k, p_burst, v_now, v_now FROM (SELECT DISTINCT k FROM unnest(p_keys) k) d ORDER BY k
+    ON CONFLICT (key) DO NOTHING;
+    SELECT array_agg(l.key ORDER BY l.key),
+           array_agg(least(p_burst, l.tokens + p_rate * greatest(0, extract(epoch FROM v_now - l.refilled_at))) ORDER BY l.key),
+           array_agg(greatest(l.refilled_at, v_now) ORDER BY l.key)
+    INTO v_keys, v_tokens, v_at
+    FROM (SELECT a.key, a.tokens, a.refilled_at FROM admit_bucket a
+          WHERE a.key = ANY (p_keys) ORDER BY a.key FOR UPDATE) l;
+    v_spent := array_fill(false, ARRAY[cardinality(v_keys)]);
 
-    SELECT t.admitted INTO v_tenant FROM admit_tenant_window t
-    WHERE t.route_class = p_route_class AND t.tenant = p_tenant AND t.window_start = v_window
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO admit_tenant_window (route_class, tenant, window_start)
-        VALUES (p_route_class, p_tenant, v_window) ON CONFLICT DO NOTHING;
-        SELECT t.admitted INTO v_tenant FROM admit_tenant_window t
-        WHERE t.route_class = p_route_class AND t.tenant = p_tenant AND t.window_start = v_window
-        FOR UPDATE;
-    END IF;
-    IF v_tenant >= p_tenant_allowance THEN
-        RETURN QUERY SELECT 'tenant_share'::text, v_tokens, v_now, v_window, v_end;
-        RETURN;
-    END IF;
+    INSERT INTO admit_tenant_window (route_class, tenant, window_start)
+    SELECT p_route_class, n, v_window FROM (SELECT DISTINCT n FROM unnest(p_tenants) n) d ORDER BY n
+    ON CONFLICT DO NOTHING;
+    SELECT array_agg(l.tenant ORDER BY l.tenant), array_agg(l.admitted ORDER BY l.tenant)
+    INTO v_tenants, v_counts
+    FROM (SELECT w.tenant, w.admitted FROM admit_tenant_window w
+          WHERE w.route_class = p_route_class AND w.window_start = v_window
+            AND w.tenant = ANY (p_tenants)
+          ORDER BY w.tenant FOR UPDATE) l;
 
+    INSERT INTO admit_window (route_class, window_start) VALUES (p_route_class, v_window)
+    ON CONFLICT DO NOTHING;
     SELECT w.admitted INTO v_class FROM admit_window w
-    WHERE w.route_class = p_route_class AND w.window_start = v_window
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO admit_window (route_class, window_start)
-        VALUES (p_route_class, v_window) ON CONFLICT DO NOTHING;
-        SELECT w.admitted INTO v_class FROM admit_window w
-        WHERE w.route_class = p_route_class AND w.window_start = v_window
-        FOR UPDATE;
-    END IF;
-    IF v_class >= p_capacity THEN
-        RETURN QUERY SELECT 'capacity'::text, v_tokens, v_now, v_window, v_end;
-        RETURN;
-    END IF;
+    WHERE w.route_class = p_route_class AND w.window_start = v_window FOR UPDATE;
 
-    UPDATE admit_bucket
-    SET tokens = v_tokens - 1, refilled_at = v_at,
-        full_at = v_at + make_interval(secs => (p_burst - (v_tokens - 1)) / p_rate)
-    WHERE key = p_key;
-    UPDATE admit_tenant_window SET admitted = admitted + 1
-    WHERE route_class = p_route_class AND tenant = p_tenant AND window_start = v_window;
-    UPDATE admit_window SET admitted = admitted + 1
-    WHERE route_class = p_route_class AND window_start = v_window;
-    RETURN QUERY SELECT NULL::text, v_tokens - 1, v_now, v_window, v_end;
+    FOR i IN 1 .. cardinality(p_keys) LOOP
+        b := array_position(v_keys, p_keys[i]);
+        t := array_position(v_tenants, p_tenants[i]);
+        IF v_tokens[b] < 1 THEN
+            v_refused := v_refused || 'caller'::text;
+        ELSIF v_counts[t] >= p_tenant_allowance THEN
+            v_refused := v_refused || 'tenant_share'::text;
+        ELSIF v_class + v_admitted >= p_capacity THEN
+            v_refused := v_refused || 'capacity'::text;
+        ELSE
+            v_tokens[b] := v_tokens[b] - 1;
+            v_spent[b] := true;
+            v_counts[t] := v_counts[t] + 1;
+            v_admitted := v_admitted + 1;
+            v_refused := v_refused || NULL::text;
+        END IF;
+        v_left := v_left || v_tokens[b];
+    END LOOP;
+
+    IF v_admitted > 0 THEN
+        UPDATE admit_bucket a
+        SET tokens = s.tokens, refilled_at = s.at,
+            full_at = s.at + make_interval(secs => (p_burst - s.tokens) / p_rate)
+        FROM unnest(v_keys, v_tokens, v_at, v_spent) AS s (key, tokens, at, spent)
+        WHERE a.key = s.key AND s.spent;
+        UPDATE admit_tenant_window w SET admitted = s.admitted
+        FROM unnest(v_tenants, v_counts) AS s (tenant, admitted)
+        WHERE w.route_class = p_route_class AND w.window_start = v_window
+          AND w.tenant = s.tenant AND w.admitted <> s.admitted;
+        UPDATE admit_window w SET admitted = v_class + v_admitted
+        WHERE w.route_class = p_route_class AND w.window_start = v_window;
+    END IF;
+    RETURN QUERY SELECT r.refused_by, r.tokens, v_now, v_window, v_end
+                 FROM unnest(v_refused, v_left) WITH ORDINALITY AS r (refused_by, tokens, n)
+                 ORDER BY r.n;
 END
 $$;

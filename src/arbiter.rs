@@ -40,6 +40,7 @@ pub struct Arbiter {
     /// Spreads rollout decisions of requests without a `ref`.
     unkeyed: Arc<AtomicU64>,
     coalescer: Coalescer,
+    admissions: admit::Admissions,
 }
 
 impl Arbiter {
@@ -65,6 +66,7 @@ impl Arbiter {
             clock,
             metrics,
             unkeyed: Arc::default(),
+            admissions: Default::default(),
         }
     }
 

@@ -242,7 +242,7 @@ impl Metrics {
         let admit_seconds = Histogram::new(exponential_buckets(0.0002, 2.0, 16));
         admission.register(
             "admit_duration_seconds",
-            "Time spent in the store's admission statement, per admission",
+            "Time spent in the store's admission statement, per statement (one decides a group of concurrent admissions)",
             admit_seconds.clone(),
         );
         let metrics = Self {

@@ -1,23 +1,76 @@
-//! Admission (design.md §11): one statement per admission, through the
-//! shell (time limit, latency, outage vs failure), and the verdict the pure
-//! rules in `crate::admission` draw from its answer.
+//! Admission (design.md §11). Every admission of one route class contends for
+//! its window's row, so admissions are gathered (`gather.rs`): while one
+//! statement for a class runs, the admissions that arrive queue; the next
+//! statement decides them all, in arrival order, each all or nothing
+//! (`admit_callers()`). A lone admission is a group of one. The statement runs
+//! through the shell (time limit, latency, outage vs failure); the verdict is
+//! the pure rules' in `crate::admission`.
 //!
-//! The statement runs in place: a caller that stops waiting drops it, and if
-//! it committed all the same, a token and a slot were spent on an admission
-//! nobody was told of: fewer admissions, never more.
+//! A caller that stops waiting leaves its admission to the group: if it was
+//! admitted, a token and a slot were spent on an admission nobody was told
+//! of: fewer admissions, never more.
 
+use tokio::sync::oneshot;
+
+use super::gather::Gather;
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
-use crate::admission::{self, Caller, RouteClass, Verdict};
+use crate::admission::{self, Admission, Caller, RouteClass, Verdict};
+
+pub(super) struct Waiter {
+    /// The caller's bucket key and tenant group.
+    caller: ([u8; 32], String),
+    reply: oneshot::Sender<Result<(Admission, RouteClass), StoreError>>,
+}
+
+/// Queues by route class; a group is decided by the class's settings as its
+/// latest arrival saw them.
+pub(super) type Admissions = Gather<String, RouteClass, Waiter>;
 
 impl Arbiter {
     #[tracing::instrument(skip_all, fields(route_class = %class.name))]
     pub async fn admit(&self, class: &RouteClass, caller: &Caller) -> Result<Verdict, StoreError> {
-        let key = caller.bucket_key(&class.name);
-        let admitted = self
-            .store
-            .admit(key, &class.name, caller.tenant_group(), &class.settings);
-        let admission = self.shell.run(Operation::Admit, admitted).await?;
-        Ok(admission::verdict(&class.settings, &admission))
+        let (reply, answer) = oneshot::channel();
+        let waiter = Waiter {
+            caller: (
+                caller.bucket_key(&class.name),
+                caller.tenant_group().to_string(),
+            ),
+            reply,
+        };
+        if self
+            .admissions
+            .join(class.name.clone(), class.clone(), waiter)
+        {
+            // A task of its own: a caller that gives up must not stop the
+            // group it was leading.
+            tokio::spawn(self.clone().lead_admissions(class.name.clone()));
+        }
+        let (admission, decided_by) = answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Failed("admission stopped".into())))?;
+        // The settings the statement used, which the verdict must explain.
+        Ok(admission::verdict(&decided_by.settings, &admission))
+    }
+
+    /// Decides the class's queue, group after group, until nobody waits.
+    #[tracing::instrument(skip(self), fields(route_class = %name))]
+    async fn lead_admissions(self, name: String) {
+        while let Some((class, group)) = self.admissions.next_group(&name) {
+            let callers: Vec<([u8; 32], String)> = group.iter().map(|w| w.caller.clone()).collect();
+            let admitted = self.store.admit(&callers, &class.name, &class.settings);
+            match self.shell.run(Operation::Admit, admitted).await {
+                Ok(admissions) => {
+                    for (waiter, admission) in group.into_iter().zip(admissions) {
+                        let _ = waiter.reply.send(Ok((admission, class.clone())));
+                    }
+                }
+                Err(error) => {
+                    for waiter in group {
+                        let _ = waiter.reply.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
     }
 }

@@ -141,6 +141,7 @@ macro_rules! no_clock {
 no_clock!(
     (),
     crate::admission::Admission,
+    Vec<crate::admission::Admission>,
     crate::store::work::Backlog,
     Option<crate::store::WorkItem>,
     (crate::store::WorkItem, bool),

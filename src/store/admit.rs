@@ -106,40 +106,50 @@ impl Store {
         Ok(inserted.rows_affected() == 1)
     }
 
-    /// One admission: the caller's bucket `key`, its `tenant` group, in
-    /// `route_class` with `settings`; all or nothing, in one statement.
+    /// Admissions of `route_class` with `settings` for a group of callers,
+    /// each a bucket key and its tenant group, decided in order, each all or
+    /// nothing, in one statement: one [`Admission`] per caller, in order.
     pub async fn admit(
         &self,
-        key: [u8; 32],
+        callers: &[([u8; 32], String)],
         route_class: &str,
-        tenant: &str,
         settings: &RouteClassSettings,
-    ) -> Result<Admission, sqlx::Error> {
-        let row = sqlx::query_file!(
+    ) -> Result<Vec<Admission>, sqlx::Error> {
+        let keys: Vec<Vec<u8>> = callers.iter().map(|(key, _)| key.to_vec()).collect();
+        let tenants: Vec<String> = callers.iter().map(|(_, tenant)| tenant.clone()).collect();
+        let rows = sqlx::query_file!(
             "sql/admit.sql",
-            &key[..],
+            &keys,
+            &tenants,
             route_class,
-            tenant,
             settings.burst,
             settings.rate,
             settings.capacity,
             settings.tenant_allowance(),
             settings.window_seconds
         )
-        .fetch_one(self.pool())
+        .fetch_all(self.pool())
         .await?;
-        let refused_by = match row.refused_by.as_deref() {
-            None => None,
-            Some(refused_by) => Some(Refusal::from_store(refused_by).ok_or_else(|| {
-                sqlx::Error::Protocol(format!("admit_caller refused by `{refused_by}`"))
-            })?),
-        };
-        Ok(Admission {
-            refused_by,
-            tokens: row.tokens,
-            db_now: row.db_now,
-            window_end: row.window_end,
-        })
+        if rows.len() != callers.len() {
+            let said = format!("admit_callers answered {} of {}", rows.len(), callers.len());
+            return Err(sqlx::Error::Protocol(said));
+        }
+        rows.into_iter()
+            .map(|row| {
+                let refused_by = match row.refused_by.as_deref() {
+                    None => None,
+                    Some(refused_by) => Some(Refusal::from_store(refused_by).ok_or_else(|| {
+                        sqlx::Error::Protocol(format!("admit_callers refused by `{refused_by}`"))
+                    })?),
+                };
+                Ok(Admission {
+                    refused_by,
+                    tokens: row.tokens,
+                    db_now: row.db_now,
+                    window_end: row.window_end,
+                })
+            })
+            .collect()
     }
 
     /// Callers' buckets full again for longer than `grace`, `batch` at a time.

@@ -784,3 +784,130 @@ async fn no_log_line_names_a_principal_or_a_tenant(pool: PgPool) {
         }
     }
 }
+
+/// Concurrent admissions on two replicas, decided in groups: still exact.
+/// Capacity 60 an hour, no tenant above 40 % of it (24), no caller above its
+/// burst of 3; 360 requests of 90 callers of 3 tenants, 48 at a time.
+#[sqlx::test]
+async fn concurrent_admissions_are_decided_in_groups_and_stay_exact(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    let url = database_url(&pool, &postgres_host_port()).await;
+    let replicas = [Replica::spawn(&url).await, Replica::spawn(&url).await];
+    let client = reqwest::Client::new();
+    let profile = json!({"burst": 3, "rate": 0.001, "capacity": 60,
+                         "window_seconds": 3600, "tenant_share": 0.4});
+    let put = client
+        .put(format!("{}/v1/route-classes/shared", replicas[0].base))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&profile)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the other replica's catalog
+
+    let requests: Vec<(String, String, String)> = (0..360)
+        .map(|i| {
+            let base = replicas[i % 2].base.clone();
+            (
+                base,
+                format!("caller-{}", i % 90),
+                format!("tenant-{}", i % 3),
+            )
+        })
+        .collect();
+    let answers = at_most_at_once(requests, 48, |(base, principal, tenant)| {
+        let client = client.clone();
+        async move {
+            let status = client
+                .get(format!("{base}/v1/admit"))
+                .header("X-Quota-Route-Class", "shared")
+                .header("X-Quota-Principal", &principal)
+                .header("X-Quota-Tenant", &tenant)
+                .send()
+                .await
+                .unwrap()
+                .status();
+            (principal, tenant, status)
+        }
+    })
+    .await;
+
+    let admitted: Vec<&(String, String, StatusCode)> = answers
+        .iter()
+        .filter(|(_, _, status)| *status == StatusCode::NO_CONTENT)
+        .collect();
+    assert!(answers.iter().all(|(_, _, s)| {
+        [
+            StatusCode::NO_CONTENT,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ]
+        .contains(s)
+    }));
+    // Every tenant wants 120 and may have 24: 3 × 24 = 72 > 60, so the
+    // capacity binds first; nobody passes its share or its burst.
+    assert_eq!(admitted.len(), 60, "exactly the capacity");
+    for tenant in ["tenant-0", "tenant-1", "tenant-2"] {
+        let n = admitted.iter().filter(|(_, t, _)| t == tenant).count();
+        assert!(n <= 24, "{tenant} took {n} of 60");
+    }
+    for caller in 0..90 {
+        let principal = format!("caller-{caller}");
+        let n = admitted.iter().filter(|(p, _, _)| *p == principal).count();
+        assert!(n <= 3, "{principal} admitted {n} times on a burst of 3");
+    }
+    let counted: i64 =
+        sqlx::query_scalar("SELECT admitted FROM admit_window WHERE route_class = 'shared'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(counted, 60);
+    let by_tenant: i64 = sqlx::query_scalar(
+        "SELECT sum(admitted)::bigint FROM admit_tenant_window WHERE route_class = 'shared'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(by_tenant, 60, "the tenants' counts add up to the class's");
+
+    // Fewer statements than admissions: concurrent ones shared a statement.
+    let mut statements = 0.0;
+    for replica in &replicas {
+        let text = metrics_text(&client, &replica.base).await;
+        let count = text
+            .lines()
+            .find_map(|line| line.strip_prefix("quota_admit_duration_seconds_count "))
+            .expect("the admission statement's histogram");
+        statements += count.trim().parse::<f64>().unwrap();
+    }
+    assert!(
+        statements < 360.0,
+        "{statements} statements for 360 admissions: none were grouped"
+    );
+}
+
+/// Runs `call` on every item, `limit` at a time; the answers in item order.
+async fn at_most_at_once<T, F, Fut, R>(items: Vec<T>, limit: usize, call: F) -> Vec<R>
+where
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = R> + Send + 'static,
+    R: Send + 'static,
+{
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(limit));
+    let mut tasks = Vec::with_capacity(items.len());
+    for item in items {
+        let permit = permits.clone().acquire_owned().await.unwrap();
+        let answer = call(item);
+        tasks.push(tokio::spawn(async move {
+            let answer = answer.await;
+            drop(permit);
+            answer
+        }));
+    }
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
