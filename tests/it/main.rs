@@ -7,6 +7,7 @@ mod batch;
 mod cadence;
 mod config;
 mod dashboard;
+mod gateway;
 mod helpers;
 mod history;
 mod input;
