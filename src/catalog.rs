@@ -13,7 +13,7 @@ use sqlx::PgPool;
 mod settings;
 
 pub use settings::{
-    FlowBody, FlowPatch, FlowPatchError, FlowSettings, Patch, QuotaLimits, QuotaPatch,
+    Fallback, FlowBody, FlowPatch, FlowPatchError, FlowSettings, Patch, QuotaLimits, QuotaPatch,
     QuotaSettings, DEFAULT_PRIORITY,
 };
 

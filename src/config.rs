@@ -12,7 +12,7 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::AuthMode;
-use crate::catalog::{Mode, QuotaLimits};
+use crate::catalog::{Fallback, Mode, QuotaLimits};
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
@@ -165,6 +165,8 @@ pub struct FlowSeed {
     pub quota: String,
     pub mode: Option<Mode>,
     pub priority: Option<i16>,
+    /// Seeds a new flow only, like `mode`; omitted: `off`.
+    pub fallback: Option<Fallback>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
