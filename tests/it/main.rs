@@ -4,6 +4,7 @@
 mod admin;
 mod batch;
 mod cadence;
+mod client;
 mod config;
 mod dashboard;
 mod helpers;

@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses its part of the fake
 //! A scripted stand-in for the arbiter's HTTP API: it answers each request with
 //! the next scripted reply (the last one repeats) and records what it saw and
 //! when, by tokio's clock, so tests on paused time read exact waits. The share
