@@ -104,8 +104,7 @@ impl Arbiter {
     /// reading): the flush's. Returns that window.
     pub fn spend_after_the_fact(&self, quota: &str, slots: i64) -> Option<DateTime<Utc>> {
         let window_start = self.clock.window_start();
-        self.ledger
-            .spend_after_the_fact(quota, window_start, slots);
+        self.ledger.spend_after_the_fact(quota, window_start, slots);
         window_start
     }
 

@@ -144,7 +144,10 @@ mod tests {
         ));
         assert_eq!(recovered_factor(0.5, Duration::from_secs(200)), 1.0);
         let recovering = adapt(SHARE, 0.5, Duration::from_secs(60), None);
-        assert!(close(recovering.limits.rate, 10.0 * 0.5 * 1.005f64.powi(60)));
+        assert!(close(
+            recovering.limits.rate,
+            10.0 * 0.5 * 1.005f64.powi(60)
+        ));
     }
 
     proptest! {

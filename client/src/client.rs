@@ -112,7 +112,9 @@ impl Client {
                 tracing::warn!(%error, "deciding locally");
                 Ok(self.decide_locally(request, local).await)
             }
-            Err(Error::Unavailable { attempts, last }) => Err(Error::Unavailable { attempts, last }),
+            Err(Error::Unavailable { attempts, last }) => {
+                Err(Error::Unavailable { attempts, last })
+            }
             // Any answer, a refusal included: the arbiter is there.
             answer => {
                 self.local.outage.ended();

@@ -103,7 +103,12 @@ impl LocalBucket {
         let mut state = lock(&self.state);
         let now = Instant::now();
         state.refill(now);
-        let adapted = adapt(state.share, state.factor, now - state.factor_at, Some(status));
+        let adapted = adapt(
+            state.share,
+            state.factor,
+            now - state.factor_at,
+            Some(status),
+        );
         state.factor = adapted.factor;
         state.factor_at = now;
         state.tokens = state.tokens.min(adapted.limits.burst);
@@ -239,8 +244,7 @@ async fn report_degraded(unreported: Arc<Unreported>, transport: Arc<Transport>)
         let Some((flow, n)) = unreported.next() else {
             unreported.reporting.store(false, Ordering::Release);
             // Slots added between the look and the flag: take them on.
-            if unreported.next().is_some() && !unreported.reporting.swap(true, Ordering::AcqRel)
-            {
+            if unreported.next().is_some() && !unreported.reporting.swap(true, Ordering::AcqRel) {
                 continue;
             }
             return;

@@ -52,7 +52,6 @@ pub use adapt::{
     RECOVERY_PER_SECOND,
 };
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
-pub use share::Share;
 pub use decision::{
     Decision, DeferralWaits, Limit, Mode, Reserve, MIN_DEFERRAL_WAIT, STALE_DEFERRAL_MAX,
 };
@@ -60,3 +59,4 @@ pub use error::{Error, Failure};
 pub use report::{Report, ReportAnswer};
 pub use retry::{parse_retry_after, RetryPolicy};
 pub use settings::{Pacing, Settings, DEFAULT_URL};
+pub use share::Share;

@@ -155,10 +155,9 @@ mod tests {
             })
         );
         // An older arbiter without the ceiling: no safe rate, no share.
-        let older: QuotaShare = serde_json::from_str(
-            r#"{"quota": "api", "rate": null, "burst": null, "clients": 1}"#,
-        )
-        .unwrap();
+        let older: QuotaShare =
+            serde_json::from_str(r#"{"quota": "api", "rate": null, "burst": null, "clients": 1}"#)
+                .unwrap();
         assert_eq!(older.client_limits(), None);
         // No live client counted yet (this one's heartbeat not in): all of it.
         let alone = QuotaShare {

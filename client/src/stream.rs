@@ -117,7 +117,10 @@ async fn follow(target: Arc<StreamTarget>, flows: Vec<String>, shares: Arc<Share
             Ok(false) | Err(_) => failures += 1,
         }
         let wait = target.retry.wait_before_retry(failures, None);
-        tracing::debug!(wait_ms = wait.as_millis() as u64, "share stream closed; reconnecting");
+        tracing::debug!(
+            wait_ms = wait.as_millis() as u64,
+            "share stream closed; reconnecting"
+        );
         tokio::time::sleep(wait).await;
     }
 }

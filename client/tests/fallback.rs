@@ -47,7 +47,10 @@ async fn client_of_a_fallen_arbiter() -> (FakeArbiter, Client) {
     }
     let start = Instant::now();
     while client.share("invoice").is_none() || client.share("sync").is_none() {
-        assert!(start.elapsed() < S(5), "the share stream delivered no share");
+        assert!(
+            start.elapsed() < S(5),
+            "the share stream delivered no share"
+        );
         sleep(Duration::from_millis(10)).await;
     }
     (arbiter, client)
@@ -75,7 +78,10 @@ async fn degraded_for(client: &Client, span: Duration) -> Vec<Duration> {
 async fn an_unreachable_arbiter_leaves_flows_that_opted_in_to_their_share() {
     let (arbiter, client) = client_of_a_fallen_arbiter().await;
     let share = client.share("invoice").unwrap();
-    assert_eq!((share.limits.rate, share.limits.burst, share.clients), (10.0, 1.0, 3));
+    assert_eq!(
+        (share.limits.rate, share.limits.burst, share.clients),
+        (10.0, 1.0, 3)
+    );
 
     // A flow without fallback fails as before.
     let error = client.reserve(Reserve::new("sync")).await.unwrap_err();
@@ -86,7 +92,8 @@ async fn an_unreachable_arbiter_leaves_flows_that_opted_in_to_their_share() {
     let at = degraded_for(&client, S(10)).await;
     assert_eq!(at.len(), 101, "{at:?}");
     assert!(
-        at.windows(2).all(|w| w[1] - w[0] >= Duration::from_millis(99)),
+        at.windows(2)
+            .all(|w| w[1] - w[0] >= Duration::from_millis(99)),
         "{at:?}"
     );
     assert_eq!(client.unreported("invoice"), 102);
@@ -111,12 +118,18 @@ async fn reported_statuses_adapt_the_local_bucket_and_recover() {
         .await
         .unwrap();
     assert!(answer.local, "{answer:?}");
-    assert!((answer.effective_rate.unwrap() - 7.0).abs() < 0.01, "{answer:?}");
+    assert!(
+        (answer.effective_rate.unwrap() - 7.0).abs() < 0.01,
+        "{answer:?}"
+    );
     let answer = client
         .report(&Report::flow("invoice").timed_out())
         .await
         .unwrap();
-    assert!((answer.effective_rate.unwrap() - 5.6).abs() < 0.01, "{answer:?}");
+    assert!(
+        (answer.effective_rate.unwrap() - 5.6).abs() < 0.01,
+        "{answer:?}"
+    );
     // Not sent: the arbiter is unreachable.
     assert_eq!(
         arbiter
@@ -151,10 +164,7 @@ async fn degraded_slots_reach_the_arbiter_once_it_answers_again() {
 
     // Back: reports are answered, reservations granted.
     let back = arbiter.seen().len();
-    arbiter.script([Reply::json(
-        200,
-        json!({"released": null, "counted": 1}),
-    )]);
+    arbiter.script([Reply::json(200, json!({"released": null, "counted": 1}))]);
     let start = Instant::now();
     while client.unreported("invoice") > 0 {
         assert!(start.elapsed() < S(30), "degraded slots still unreported");

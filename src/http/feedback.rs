@@ -4,8 +4,8 @@
 //! unreachable (design.md §11).
 
 use axum::extract::State;
-use chrono::{DateTime, Utc};
 use axum::Json;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -17,8 +17,8 @@ use super::AppState;
 use crate::arbiter::StoreUnavailable;
 use crate::catalog::validate_name;
 // One rule, one place: the worker client's local fallback adapts by it too.
-use quota_arbiter_client::multiplier;
 use crate::store::{LeaseHolder, LeaseRelease};
+use quota_arbiter_client::multiplier;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(report_upstream))
@@ -150,9 +150,7 @@ pub async fn report_upstream(
         answer.avg_lease_seconds = released.map(|r| r.avg_seconds);
     }
     if let Some(slots) = body.degraded {
-        answer.counted_in = state
-            .arbiter
-            .spend_after_the_fact(&quota, i64::from(slots));
+        answer.counted_in = state.arbiter.spend_after_the_fact(&quota, i64::from(slots));
         answer.counted = Some(slots);
     }
     if let Some(multiplier) = body.status.and_then(multiplier) {

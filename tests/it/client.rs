@@ -63,7 +63,10 @@ async fn thirty_two_tasks_fill_the_window_then_wait_for_the_next(pool: PgPool) {
     }
     let counts: Vec<usize> = granted.values().copied().collect();
     assert_eq!(counts, [50, 14], "{granted:?}");
-    let (first, next) = (granted.keys().next().unwrap(), granted.keys().last().unwrap());
+    let (first, next) = (
+        granted.keys().next().unwrap(),
+        granted.keys().last().unwrap(),
+    );
     assert_eq!(*next - *first, chrono::Duration::hours(1));
     // The windows say the same: 50 of 50, then the 14 deferred ones.
     let stored: Vec<i64> = sqlx::query_scalar(
@@ -152,7 +155,11 @@ async fn clients_of_a_stopped_arbiter_keep_their_share_and_the_window_counts_it(
         current_count(&pool, "api")
     })
     .await;
-    assert_eq!(counted, 3 + degraded as i64, "3 grants + {degraded} degraded");
+    assert_eq!(
+        counted,
+        3 + degraded as i64,
+        "3 grants + {degraded} degraded"
+    );
 }
 
 #[sqlx::test]
@@ -168,6 +175,9 @@ async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
         .await
         .unwrap();
         let rust = quota_arbiter_client::recovered_factor(0.3, Duration::from_secs_f64(seconds));
-        assert!((sql - rust).abs() < 1e-9, "{seconds} s: SQL {sql}, client {rust}");
+        assert!(
+            (sql - rust).abs() < 1e-9,
+            "{seconds} s: SQL {sql}, client {rust}"
+        );
     }
 }

@@ -464,7 +464,9 @@ async fn a_flow_opts_in_to_the_local_fallback_on_every_surface(pool: PgPool) {
     assert_eq!(stored().await, "local");
     let listed = stdout(&cli(&pool, &["flows"]).await);
     assert!(
-        listed.lines().any(|l| l.starts_with("invoice") && l.trim_end().ends_with("local")),
+        listed
+            .lines()
+            .any(|l| l.starts_with("invoice") && l.trim_end().ends_with("local")),
         "{listed}"
     );
     let refused = app
