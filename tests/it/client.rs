@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use quota_arbiter::catalog::Fallback;
+use quota_arbiter::config::FlowSeed;
 use quota_arbiter_client::{Client, Decision, Reserve, RetryPolicy};
+use serde_json::json;
 use sqlx::PgPool;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -180,4 +183,71 @@ async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
             "{seconds} s: SQL {sql}, client {rust}"
         );
     }
+}
+
+#[sqlx::test]
+async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
+    let mut config = crate::helpers::test_config();
+    for (flow, fallback) in [("invoice", Some(Fallback::Local)), ("sync", None)] {
+        config.flows.insert(
+            flow.into(),
+            FlowSeed {
+                quota: "api".into(),
+                mode: None,
+                priority: None,
+                fallback,
+            },
+        );
+    }
+    quota_arbiter::store::seed_catalog(&pool, &config)
+        .await
+        .unwrap();
+    let stored: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, fallback FROM flow ORDER BY name")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        [
+            ("invoice".to_string(), "local".to_string()),
+            ("sync".to_string(), "off".to_string())
+        ]
+    );
+}
+
+#[sqlx::test]
+async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
+    create_flow(&pool, "api", 100, "invoice", "enforce").await;
+    let pool = pin_clock(&pool, 20).await;
+    let app = crate::helpers::TestApp::spawn(pool.clone()).await;
+    let answer = app
+        .post_json("/v1/report", json!({"flow": "invoice", "degraded": 7}))
+        .await;
+    assert_eq!(answer["counted"], 7, "{answer}");
+    let counted = eventually(Duration::from_secs(5), 7, || current_count(&pool, "api")).await;
+    assert_eq!(counted, 7);
+    for refused in [
+        json!({"flow": "invoice", "degraded": 0}),
+        json!({"flow": "invoice", "degraded": -3}),
+        json!({"flow": "invoice", "degraded": 1_000_001}),
+    ] {
+        let response = app
+            .client
+            .post(format!("{}/v1/report", app.base))
+            .json(&refused)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 422, "{refused}");
+    }
+    let unknown = app
+        .client
+        .post(format!("{}/v1/report", app.base))
+        .json(&json!({"flow": "nobody", "degraded": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(current_count(&pool, "api").await, 7);
 }
