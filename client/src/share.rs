@@ -114,6 +114,14 @@ impl Shares {
 mod tests {
     use super::*;
 
+    fn limits(rate: f64, burst: f64) -> Limits {
+        Limits { rate, burst }
+    }
+
+    fn quota(json: &str) -> QuotaShare {
+        serde_json::from_str(json).unwrap()
+    }
+
     fn event(json: &str) -> ShareEvent {
         serde_json::from_str(json).unwrap()
     }
@@ -127,13 +135,7 @@ mod tests {
             {"flow": "sync", "fallback": "off"}]}]}"#,
         ));
         let invoice = shares.of("invoice").unwrap();
-        assert_eq!(
-            invoice.limits,
-            Limits {
-                rate: 10.0,
-                burst: 2.0
-            }
-        );
+        assert_eq!(invoice.limits, limits(10.0, 2.0));
         assert_eq!((invoice.clients, invoice.fallback), (3, true));
         assert!(!shares.of("sync").unwrap().fallback);
         assert_eq!(shares.of("nobody"), None);
@@ -142,18 +144,11 @@ mod tests {
 
     #[test]
     fn without_cadence_the_ceiling_is_spread_over_the_hour_with_a_burst_of_one() {
-        let quota: QuotaShare = serde_json::from_str(
+        let quota = quota(
             r#"{"quota": "api", "rate": null, "burst": null, "hourly_ceiling": 7200,
             "clients": 4, "flows": []}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            quota.client_limits(),
-            Some(Limits {
-                rate: 0.5,
-                burst: 1.0
-            })
         );
+        assert_eq!(quota.client_limits(), Some(limits(0.5, 1.0)));
         // An older arbiter without the ceiling: no safe rate, no share.
         let older: QuotaShare =
             serde_json::from_str(r#"{"quota": "api", "rate": null, "burst": null, "clients": 1}"#)
@@ -166,28 +161,18 @@ mod tests {
             burst: Some(2.0),
             ..older
         };
-        assert_eq!(
-            alone.client_limits(),
-            Some(Limits {
-                rate: 5.0,
-                burst: 2.0
-            })
-        );
+        assert_eq!(alone.client_limits(), Some(limits(5.0, 2.0)));
     }
 
     #[test]
     fn a_share_never_drops_below_the_floors() {
-        let crowded: QuotaShare = serde_json::from_str(
+        let crowded = quota(
             r#"{"quota": "api", "rate": 1.0, "burst": 5.0, "hourly_ceiling": 10,
             "clients": 1000, "flows": []}"#,
-        )
-        .unwrap();
+        );
         assert_eq!(
             crowded.client_limits(),
-            Some(Limits {
-                rate: RATE_FLOOR,
-                burst: BURST_FLOOR
-            })
+            Some(limits(RATE_FLOOR, BURST_FLOOR))
         );
     }
 }

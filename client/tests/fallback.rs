@@ -27,12 +27,9 @@ fn unavailable() -> Reply {
     Reply::problem(503, "store-unavailable")
 }
 
-/// A client of a fake that granted its first calls and is unreachable
-/// since: its share known from the stream its first reservation opened.
-async fn client_of_a_fallen_arbiter() -> (FakeArbiter, Client) {
-    let arbiter = FakeArbiter::start([granted("invoice"), granted("sync"), unavailable()]).await;
-    arbiter.share(share_event());
-    let client = Client::builder()
+/// Two attempts 1 s apart; probes of a fallen arbiter up to 8 s apart.
+fn quick_client(arbiter: &FakeArbiter) -> Client {
+    Client::builder()
         .url(&arbiter.url)
         .retry(RetryPolicy {
             attempts: 2,
@@ -40,7 +37,15 @@ async fn client_of_a_fallen_arbiter() -> (FakeArbiter, Client) {
             max: S(8),
         })
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// A client of a fake that granted its first calls and is unreachable
+/// since: its share known from the stream its first reservation opened.
+async fn client_of_a_fallen_arbiter() -> (FakeArbiter, Client) {
+    let arbiter = FakeArbiter::start([granted("invoice"), granted("sync"), unavailable()]).await;
+    arbiter.share(share_event());
+    let client = quick_client(&arbiter);
     for flow in ["invoice", "sync"] {
         let decision = client.reserve(Reserve::new(flow)).await.unwrap();
         assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
@@ -195,15 +200,7 @@ async fn degraded_slots_reach_the_arbiter_once_it_answers_again() {
 async fn without_a_known_share_nothing_falls_back() {
     // No share event: the stream is refused (404), the share stays unknown.
     let arbiter = FakeArbiter::start([unavailable()]).await;
-    let client = Client::builder()
-        .url(&arbiter.url)
-        .retry(RetryPolicy {
-            attempts: 2,
-            base: S(1),
-            max: S(8),
-        })
-        .build()
-        .unwrap();
+    let client = quick_client(&arbiter);
     let error = client.reserve(Reserve::new("invoice")).await.unwrap_err();
     assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
     assert_eq!(client.share("invoice"), None);

@@ -227,27 +227,18 @@ async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
     assert_eq!(answer["counted"], 7, "{answer}");
     let counted = eventually(Duration::from_secs(5), 7, || current_count(&pool, "api")).await;
     assert_eq!(counted, 7);
+    let status = |body: serde_json::Value| {
+        let request = app.client.post(format!("{}/v1/report", app.base));
+        async move { request.json(&body).send().await.unwrap().status() }
+    };
     for refused in [
         json!({"flow": "invoice", "degraded": 0}),
         json!({"flow": "invoice", "degraded": -3}),
         json!({"flow": "invoice", "degraded": 1_000_001}),
     ] {
-        let response = app
-            .client
-            .post(format!("{}/v1/report", app.base))
-            .json(&refused)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 422, "{refused}");
+        assert_eq!(status(refused.clone()).await, 422, "{refused}");
     }
-    let unknown = app
-        .client
-        .post(format!("{}/v1/report", app.base))
-        .json(&json!({"flow": "nobody", "degraded": 3}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unknown.status(), 404);
+    let unknown = json!({"flow": "nobody", "degraded": 3});
+    assert_eq!(status(unknown).await, 404);
     assert_eq!(current_count(&pool, "api").await, 7);
 }
