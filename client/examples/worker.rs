@@ -55,6 +55,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         tracing::warn!(pass, left = pending.len(), "jobs left for the next pass");
     }
+    // Slots decided locally while the arbiter was down live in this process
+    // until the arbiter acknowledges them: give it a moment before exiting.
+    let unreported = arbiter.settle_degraded(Duration::from_secs(30)).await;
+    if unreported > 0 {
+        tracing::error!(unreported, "degraded slots the arbiter will not count");
+    }
     if !pending.is_empty() {
         let left: Vec<_> = pending.iter().map(|job| job.reference.as_str()).collect();
         return Err(format!("jobs not done: {left:?}").into());

@@ -112,9 +112,8 @@ impl Client {
                 tracing::warn!(%error, "deciding locally");
                 Ok(self.decide_locally(request, local).await)
             }
-            Err(Error::Unavailable { attempts, last }) => {
-                Err(Error::Unavailable { attempts, last })
-            }
+            // Unavailable but reachable (429s, 502s): the outage stands as it is.
+            Err(error @ Error::Unavailable { .. }) => Err(error),
             // Any answer, a refusal included: the arbiter is there.
             answer => {
                 self.local.outage.ended();
@@ -166,6 +165,20 @@ impl Client {
     /// The flow's degraded slots the arbiter has not acknowledged yet.
     pub fn unreported(&self, flow: &str) -> u64 {
         self.local.unreported.of(flow)
+    }
+
+    /// Waits (up to `within`) until the arbiter has acknowledged every
+    /// degraded slot of this client; the slots still unreported. A worker
+    /// about to exit calls it: slots are kept in memory only.
+    pub async fn settle_degraded(&self, within: Duration) -> u64 {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let left = self.local.unreported.total();
+            if left == 0 || tokio::time::Instant::now() >= until {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Asks until the answer is not a deferral: granted, bypassed (the

@@ -219,6 +219,10 @@ impl Unreported {
         lock(&self.slots).get(flow).copied().unwrap_or(0)
     }
 
+    pub fn total(&self) -> u64 {
+        lock(&self.slots).values().sum()
+    }
+
     fn next(&self) -> Option<(String, u32)> {
         let slots = lock(&self.slots);
         let (flow, n) = slots.iter().find(|(_, n)| **n > 0)?;
