@@ -48,8 +48,8 @@ pub fn cli_actor() -> String {
 pub async fn list_flows(store: &Store) -> anyhow::Result<()> {
     let flows = store.list_flows().await?;
     println!(
-        "{:<24} {:<16} {:<8} {:>8} {:>8} {}",
-        "flow", "quota", "mode", "priority", "enforce%", "fallback"
+        "{:<24} {:<16} {:<8} {:>8} {:>8} fallback",
+        "flow", "quota", "mode", "priority", "enforce%"
     );
     for f in &flows {
         print_flow(f);
