@@ -1,8 +1,9 @@
 -- Seed a flow declared in the config file. Never overwrites what the table
 -- holds, above all a mode flipped at run time. Returns the stored mode.
 WITH inserted AS (
-    INSERT INTO flow (name, quota, mode, priority)
-    VALUES ($1, $2, coalesce($3, 'observe'), coalesce($4::smallint, 2::smallint))
+    INSERT INTO flow (name, quota, mode, priority, fallback)
+    VALUES ($1, $2, coalesce($3, 'observe'), coalesce($4::smallint, 2::smallint),
+            coalesce($5, 'off'))
     ON CONFLICT (name) DO NOTHING
     RETURNING mode
 )

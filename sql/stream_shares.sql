@@ -1,14 +1,20 @@
--- The quotas the given flows spend: effective cadence (adaptive factor
--- applied, NULL without cadence) and live share-stream clients across
--- replicas (heartbeat within 3 s), each client once per quota.
+-- The quotas the given flows spend: hourly ceiling, effective cadence
+-- (adaptive factor applied, NULL without cadence), live share-stream clients
+-- across replicas (heartbeat within 3 s), each client once per quota, and
+-- which of the given flows spend it with their fallback, by flow name.
 SELECT q.name AS "quota!",
+       q.hourly_ceiling,
        c.effective_rate,
        c.effective_burst,
        (SELECT count(DISTINCT s.id)
         FROM stream_client s
         JOIN flow sf ON sf.name = ANY (s.flows)
         WHERE sf.quota = q.name
-          AND s.seen_at > arbiter_now() - interval '3 seconds') AS "clients!"
+          AND s.seen_at > arbiter_now() - interval '3 seconds') AS "clients!",
+       (SELECT array_agg(f.name ORDER BY f.name)
+        FROM flow f WHERE f.quota = q.name AND f.name = ANY ($1)) AS "flows!",
+       (SELECT array_agg(f.fallback ORDER BY f.name)
+        FROM flow f WHERE f.quota = q.name AND f.name = ANY ($1)) AS "fallbacks!"
 FROM quota q
 LEFT JOIN quota_cadence c ON c.quota = q.name
 WHERE q.name IN (SELECT f.quota FROM flow f WHERE f.name = ANY ($1))

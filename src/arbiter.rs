@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use crate::catalog::{Catalog, Mode, Rule};
 use crate::clock::DbClock;
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
@@ -95,12 +97,19 @@ impl Arbiter {
 
     fn count_after_the_fact(&self, mut decision: Decision, rule: &Rule, count: i64) -> Decision {
         decision.outcome = Outcome::Unthrottled;
-        decision.window_start = self.clock.window_start();
-        // Counted in the window the answer names, not the one the flush
-        // lands in; unknown (no recent reading): the flush's.
-        self.ledger
-            .spend_after_the_fact(&rule.quota.name, decision.window_start, count);
+        decision.window_start = self.spend_after_the_fact(&rule.quota.name, count);
         decision
+    }
+
+    /// Slots spent without a reservation (count mode; a worker client's
+    /// `degraded` decisions, reported once the arbiter answers again, design.md
+    /// §12), added to the window the database clock is in now: the one the
+    /// answer names, not the one the flush lands in; unknown (no recent
+    /// reading): the flush's. Returns that window.
+    pub fn spend_after_the_fact(&self, quota: &str, slots: i64) -> Option<DateTime<Utc>> {
+        let window_start = self.clock.window_start();
+        self.ledger.spend_after_the_fact(quota, window_start, slots);
+        window_start
     }
 
     async fn enforce(

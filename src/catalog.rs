@@ -16,7 +16,7 @@ use crate::mirror::Mirror;
 mod settings;
 
 pub use settings::{
-    FlowBody, FlowPatch, FlowPatchError, FlowSettings, Patch, QuotaLimits, QuotaPatch,
+    Fallback, FlowBody, FlowPatch, FlowPatchError, FlowSettings, Patch, QuotaLimits, QuotaPatch,
     QuotaSettings, DEFAULT_PRIORITY,
 };
 

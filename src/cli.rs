@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth::Role;
-use crate::catalog::{FlowPatch, Mode, Patch, QuotaPatch};
+use crate::catalog::{Fallback, FlowPatch, Mode, Patch, QuotaPatch};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -143,6 +143,10 @@ pub struct FlowArgs {
     /// 1 (most important) to 9.
     #[arg(long)]
     pub priority: Option<i16>,
+    /// What workers' clients do when the arbiter is unreachable: off, or
+    /// local (decide at their last known share).
+    #[arg(long, value_parser = parse_fallback)]
+    pub fallback: Option<Fallback>,
     /// Create the quota (default ceiling) if it does not exist.
     #[arg(long)]
     pub create_quota: bool,
@@ -155,6 +159,7 @@ impl FlowArgs {
             mode: self.mode.into(),
             priority: self.priority.into(),
             enforce_percent: self.percent.into(),
+            fallback: self.fallback.into(),
             create_quota: self.create_quota,
         }
     }
@@ -211,6 +216,10 @@ fn flag<T>(clear: &[QuotaField], field: QuotaField, value: Option<T>) -> Result<
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
+    text.parse()
+}
+
+fn parse_fallback(text: &str) -> Result<Fallback, String> {
     text.parse()
 }
 

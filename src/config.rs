@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::RouteClassSettings;
 use crate::auth::AuthMode;
-use crate::catalog::{Mode, QuotaLimits};
+use crate::catalog::{Fallback, Mode, QuotaLimits};
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
@@ -177,6 +177,8 @@ pub struct FlowSeed {
     pub quota: String,
     pub mode: Option<Mode>,
     pub priority: Option<i16>,
+    /// Seeds a new flow only, like `mode`; omitted: `off`.
+    pub fallback: Option<Fallback>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -48,7 +48,7 @@ pub fn cli_actor() -> String {
 pub async fn list_flows(store: &Store) -> anyhow::Result<()> {
     let flows = store.list_flows().await?;
     println!(
-        "{:<24} {:<16} {:<8} {:>8} {:>8}",
+        "{:<24} {:<16} {:<8} {:>8} {:>8} fallback",
         "flow", "quota", "mode", "priority", "enforce%"
     );
     for f in &flows {
@@ -65,8 +65,8 @@ fn print_flow(f: &FlowRow) {
         .enforced_percent()
         .map_or_else(|| "-".into(), |p| p.to_string());
     println!(
-        "{:<24} {:<16} {:<8} {:>8} {:>8}",
-        f.name, f.quota, f.mode, f.priority, percent
+        "{:<24} {:<16} {:<8} {:>8} {:>8} {}",
+        f.name, f.quota, f.mode, f.priority, percent, f.fallback
     );
 }
 

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
-use quota_arbiter_client::{Client, Decision, Error, Reserve};
+use quota_arbiter_client::{Client, Decision, Error, Reserve, Settings};
 
 use crate::cli::{ReserveArgs, EX_USAGE};
 
@@ -21,7 +21,13 @@ pub struct Answer {
 }
 
 pub async fn reserve(args: &ReserveArgs) -> ExitCode {
-    let answer = match Client::from_env() {
+    // One call and gone: no share stream (it would count this process as a
+    // live client of the quota for a moment), so no local fallback either.
+    let client = Client::builder()
+        .settings(Settings::from_env())
+        .share_stream(false)
+        .build();
+    let answer = match client {
         Ok(client) => {
             let request = request(args);
             let decision = if args.wait {

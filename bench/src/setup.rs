@@ -2,7 +2,7 @@
 //! catalog code before the service starts (so it loads them at once). Every
 //! name starts with the run's tag: runs never share a row.
 
-use quota_arbiter::catalog::{FlowSettings, Mode, QuotaSettings, DEFAULT_PRIORITY};
+use quota_arbiter::catalog::{Fallback, FlowSettings, Mode, QuotaSettings, DEFAULT_PRIORITY};
 use quota_arbiter::store::Store;
 
 const ACTOR: &str = "bench";
@@ -29,6 +29,7 @@ pub async fn declare(
             mode,
             priority: DEFAULT_PRIORITY,
             enforce_percent: None,
+            fallback: Fallback::Off,
         };
         store.put_flow(ACTOR, name, &flow, None).await?;
     }

@@ -10,14 +10,21 @@
 //! The upstream here is a stand-in (`call_upstream`): replace it with the
 //! real call. A job whose reservation fails (the arbiter unavailable after
 //! the client's retries) goes back to the end of the list for a later pass.
-//! The local fallback for an unreachable arbiter (issue 9) is not built yet,
-//! so this worker waits for the arbiter instead of emitting on its own.
+//!
+//! The fallback: make the flow opt in once (`quota-arbiter flow invoice
+//! --fallback local`, or `PATCH /v1/flows/invoice {"fallback": "local"}`).
+//! From its first reservation on, the client follows the flow's share of its
+//! quota (`GET /v1/stream`); stop the arbiter while this worker runs and the
+//! jobs go on at that share, logged `outcome="degraded"`; their upstream
+//! statuses, reported as usual, slow the local bucket down on 429s and
+//! errors; once the arbiter is back the client reports the degraded slots
+//! and its window counts them.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use quota_arbiter_client::{Client, Decision, Report, Reserve};
+use quota_arbiter_client::{Client, Report, Reserve};
 use tokio::task::JoinSet;
 
 /// Jobs in flight at once: each holds a slot only while it emits.
@@ -47,6 +54,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             break;
         }
         tracing::warn!(pass, left = pending.len(), "jobs left for the next pass");
+    }
+    // Slots decided locally while the arbiter was down live in this process
+    // until the arbiter acknowledges them: give it a moment before exiting.
+    let unreported = arbiter.settle_degraded(Duration::from_secs(30)).await;
+    if unreported > 0 {
+        tracing::error!(unreported, "degraded slots the arbiter will not count");
     }
     if !pending.is_empty() {
         let left: Vec<_> = pending.iter().map(|job| job.reference.as_str()).collect();
@@ -94,12 +107,11 @@ async fn run(arbiter: &Client, job: &Job) -> Result<(), quota_arbiter_client::Er
     let decision = arbiter.acquire(&request).await.inspect_err(|error| {
         tracing::warn!(job = %job.reference, %error, "no decision; the job stays pending");
     })?;
-    let outcome = match &decision {
-        Decision::Granted { .. } => "granted",
-        Decision::Bypassed { .. } => "bypassed",
-        Decision::Unthrottled { .. } => "unthrottled",
-        Decision::Deferred { .. } => unreachable!("acquire returns no deferral"),
-    };
+    // `degraded`: the arbiter was unreachable and the flow opted in to the
+    // local fallback; the client decided at its share and will report the
+    // slot once the arbiter is back. Emit all the same.
+    let outcome = decision.outcome();
+    debug_assert!(decision.may_emit(), "acquire returns no deferral");
     let started = Instant::now();
     let status = call_upstream(job).await;
     let report: Report = decision.report().duration(started.elapsed());

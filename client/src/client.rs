@@ -1,29 +1,58 @@
-//! The worker's handle on the arbiter: reserve, acquire, report.
+//! The worker's handle on the arbiter: reserve, acquire, report; and the
+//! local fallback when the arbiter is unreachable (design.md §12).
 
 use std::borrow::Borrow;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
 
 use crate::decision::{Decision, DeferralWaits, Reserve};
 use crate::error::Error;
-use crate::gate;
+use crate::fallback::{LocalBucket, OutageWatch, Route, Unreported};
+use crate::gate::{self, lock};
 use crate::report::{Report, ReportAnswer};
 use crate::retry::RetryPolicy;
 use crate::settings::{parse_url, Pacing, Settings};
+use crate::share::Share;
+use crate::stream::{Follower, StreamTarget};
 use crate::transport::Transport;
 
 /// Longest a single attempt may take; the arbiter answers within its store
 /// timeout (1.5 s) or says 503, so this only catches a hung connection.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Cheap to clone; clones share the connection pool. Every client of the
-/// process talking to the same arbiter shares one cooldown gate, and those
-/// with the same pacing one pacing bucket.
+/// Cheap to clone; clones share the connection pool, the share stream and
+/// the local fallback. Every client of the process talking to the same
+/// arbiter shares one cooldown gate, and those with the same pacing one
+/// pacing bucket.
+///
+/// The share stream (`GET /v1/stream`) starts with the first reservation and
+/// follows every flow the client has reserved for since: a flow's share is
+/// known from its first call on, so the fallback can take over whenever the
+/// arbiter goes away later. [`ClientBuilder::share_stream`] turns it off (a
+/// one-shot command, like the CLI's `reserve`): then nothing falls back.
 #[derive(Clone)]
 pub struct Client {
     transport: Arc<Transport>,
+    local: Arc<Local>,
+}
+
+/// The local fallback's state, one per client and its clones.
+struct Local {
+    /// `None`: no share stream, no fallback.
+    follower: Option<Follower>,
+    /// One bucket per quota: the client's flows of a quota share its share.
+    buckets: Mutex<HashMap<String, Arc<LocalBucket>>>,
+    outage: OutageWatch,
+    unreported: Arc<Unreported>,
+}
+
+/// Where a flow's fallback decides: its quota and that quota's bucket.
+struct LocalShare {
+    quota: String,
+    bucket: Arc<LocalBucket>,
 }
 
 impl Client {
@@ -39,16 +68,117 @@ impl Client {
             settings: Settings::default(),
             url: None,
             timeout: DEFAULT_TIMEOUT,
+            share_stream: true,
         }
     }
 
     /// Asks once for slots (retrying only transient failures): the decision,
     /// a deferral included.
+    ///
+    /// When the arbiter is unreachable ([`Error::arbiter_unreachable`]) and
+    /// the flow opted in to the local fallback and its share is known, the
+    /// decision is [`Decision::Degraded`]: taken from this client's share,
+    /// waiting for a token if need be (never refused). Until the next probe
+    /// (the client's backoff, doubling) such flows are then decided locally
+    /// at once, without asking the arbiter; the probe asks it once.
     #[tracing::instrument(skip_all, fields(flow = %request.borrow().flow()))]
     pub async fn reserve(&self, request: impl Borrow<Reserve>) -> Result<Decision, Error> {
-        // The one place every decision passes: the local fallback (issue 9,
-        // not built yet) would decide here when `error.arbiter_unreachable()`.
-        self.transport.post("v1/reserve", request.borrow()).await
+        let request = request.borrow();
+        if let Some(follower) = &self.local.follower {
+            follower.follow(request.flow());
+        }
+        let retry = &self.transport.retry;
+        let route = match self.local_share(request.flow()) {
+            Some(_) => self.local.outage.route(retry),
+            None => Route::Arbiter,
+        };
+        let answer = match route {
+            Route::Local => {
+                if let Some(local) = self.local_share(request.flow()) {
+                    return Ok(self.decide_locally(request, local).await);
+                }
+                self.transport.post("v1/reserve", request).await
+            }
+            Route::Probe => self.transport.post_attempts("v1/reserve", request, 1).await,
+            Route::Arbiter => self.transport.post("v1/reserve", request).await,
+        };
+        match answer {
+            Err(error) if error.arbiter_unreachable() => {
+                // Read again: the share may have come during the retries.
+                let Some(local) = self.local_share(request.flow()) else {
+                    return Err(error);
+                };
+                self.local.outage.confirmed(retry);
+                tracing::warn!(%error, "deciding locally");
+                Ok(self.decide_locally(request, local).await)
+            }
+            // Unavailable but reachable (429s, 502s): the outage stands as it is.
+            Err(error @ Error::Unavailable { .. }) => Err(error),
+            // Any answer, a refusal included: the arbiter is there.
+            answer => {
+                self.local.outage.ended();
+                answer
+            }
+        }
+    }
+
+    /// A degraded decision: tokens of the flow's share, waited for; its slots
+    /// kept until the arbiter counts them. Cancel-safe: a call dropped while
+    /// waiting took nothing.
+    async fn decide_locally(&self, request: &Reserve, local: LocalShare) -> Decision {
+        let count = request.slots();
+        local.bucket.take(count).await;
+        self.local
+            .unreported
+            .add(request.flow(), count, &self.transport);
+        Decision::Degraded {
+            flow: request.flow().to_string(),
+            quota: local.quota,
+            count,
+        }
+    }
+
+    /// The flow's share and bucket, if it opted in and its share is known.
+    fn local_share(&self, flow: &str) -> Option<LocalShare> {
+        let share = self.share(flow).filter(|share| share.fallback)?;
+        Some(self.bucket_of(share))
+    }
+
+    fn bucket_of(&self, share: Share) -> LocalShare {
+        let bucket = lock(&self.local.buckets)
+            .entry(share.quota.clone())
+            .or_insert_with(|| Arc::new(LocalBucket::new(share.limits)))
+            .clone();
+        bucket.reshare(share.limits);
+        LocalShare {
+            quota: share.quota,
+            bucket,
+        }
+    }
+
+    /// The flow's share as the last `share` event told it, once the stream
+    /// has received one (the flow reserved for at least once).
+    pub fn share(&self, flow: &str) -> Option<Share> {
+        self.local.follower.as_ref()?.shares.of(flow)
+    }
+
+    /// The flow's degraded slots the arbiter has not acknowledged yet.
+    pub fn unreported(&self, flow: &str) -> u64 {
+        self.local.unreported.of(flow)
+    }
+
+    /// Waits (up to `within`) until the arbiter has acknowledged every
+    /// degraded slot of this client; the slots still unreported. A worker
+    /// about to exit calls it: slots are kept in memory only.
+    pub async fn settle_degraded(&self, within: Duration) -> u64 {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let left = self.local.unreported.total();
+            if left == 0 || tokio::time::Instant::now() >= until {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Asks until the answer is not a deferral: granted, bypassed (the
@@ -87,9 +217,47 @@ impl Client {
     /// Reports an emission's upstream status and/or frees its lease
     /// (`POST /v1/report`). Retried like a reservation: a retry after a
     /// timeout may count the status twice in the adaptive cadence.
+    ///
+    /// During the local fallback (the arbiter unreachable) a report about a
+    /// flow decided locally adapts the local bucket instead, with the
+    /// arbiter's coefficients ([`crate::multiplier`]), and is not sent; the
+    /// answer says so ([`ReportAnswer::local`]). A lease is then not
+    /// released: it expires on its own.
     #[tracing::instrument(skip_all)]
     pub async fn report(&self, report: &Report) -> Result<ReportAnswer, Error> {
-        self.transport.post("v1/report", report).await
+        let local = match (report.flow_name(), report.quota_name()) {
+            (Some(flow), _) => self.local_share(flow),
+            (None, Some(quota)) => self
+                .local
+                .follower
+                .as_ref()
+                .and_then(|follower| follower.shares.of_quota(quota))
+                .filter(|share| share.fallback)
+                .map(|share| self.bucket_of(share)),
+            (None, None) => None,
+        };
+        let Some(local) = local else {
+            return self.transport.post("v1/report", report).await;
+        };
+        if !self.local.outage.is_on() {
+            match self.transport.post("v1/report", report).await {
+                Err(error) if error.arbiter_unreachable() => {
+                    self.local.outage.confirmed(&self.transport.retry);
+                }
+                answer => return answer,
+            }
+        }
+        let adapted = match report.upstream_status() {
+            Some(status) => local.bucket.report(status),
+            None => local.bucket.in_force(),
+        };
+        Ok(ReportAnswer {
+            factor: Some(adapted.factor),
+            effective_rate: Some(adapted.limits.rate),
+            effective_burst: Some(adapted.limits.burst),
+            local: true,
+            ..ReportAnswer::default()
+        })
     }
 }
 
@@ -97,6 +265,7 @@ pub struct ClientBuilder {
     settings: Settings,
     url: Option<String>,
     timeout: Duration,
+    share_stream: bool,
 }
 
 impl ClientBuilder {
@@ -138,6 +307,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether the client follows its flows' shares (`GET /v1/stream`, on by
+    /// default, from the first reservation): without it the client counts as
+    /// no live client of the quotas and nothing falls back locally.
+    pub fn share_stream(mut self, on: bool) -> Self {
+        self.share_stream = on;
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         let mut base = match &self.url {
             Some(url) => parse_url(url).map_err(Error::Setup)?,
@@ -156,6 +333,13 @@ impl ClientBuilder {
             attempts: self.settings.retry.attempts.max(1),
             ..self.settings.retry
         };
+        let follower = if self.share_stream {
+            let target = StreamTarget::new(&base, self.settings.key.clone(), retry, self.timeout)
+                .map_err(Error::Setup)?;
+            Some(Follower::new(target))
+        } else {
+            None
+        };
         Ok(Client {
             transport: Arc::new(Transport {
                 http,
@@ -164,6 +348,12 @@ impl ClientBuilder {
                 retry,
                 gates,
                 pacer,
+            }),
+            local: Arc::new(Local {
+                follower,
+                buckets: Mutex::default(),
+                outage: OutageWatch::default(),
+                unreported: Arc::default(),
             }),
         })
     }

@@ -59,6 +59,11 @@ impl Reserve {
     pub fn deadline_at(&self) -> Option<DateTime<Utc>> {
         self.deadline
     }
+
+    /// Slots asked for (1 unless set).
+    pub fn slots(&self) -> u32 {
+        self.count.unwrap_or(1)
+    }
 }
 
 /// How a flow is treated; new flows observe.
@@ -141,12 +146,42 @@ pub enum Decision {
         quota: Option<String>,
         mode: Option<Mode>,
     },
+    /// Decided by this client, not the arbiter: the arbiter was unreachable
+    /// and the flow opted in to the local fallback (design.md §12), which
+    /// took `count` tokens of this client's share of `quota`: emit. The
+    /// client reports these slots to the arbiter once it answers again.
+    #[non_exhaustive]
+    #[serde(skip)]
+    Degraded {
+        flow: String,
+        quota: String,
+        count: u32,
+    },
 }
 
 impl Decision {
+    /// The outcome as the API names it (`degraded`: the client's own).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Decision::Granted { .. } => "granted",
+            Decision::Deferred { .. } => "deferred",
+            Decision::Bypassed { .. } => "bypassed",
+            Decision::Unthrottled { .. } => "unthrottled",
+            Decision::Degraded { .. } => "degraded",
+        }
+    }
+
     /// Whether the worker may emit now (everything but a deferral).
     pub fn may_emit(&self) -> bool {
         !matches!(self, Decision::Deferred { .. })
+    }
+
+    /// The slots a degraded decision took locally.
+    pub fn count(&self) -> Option<u32> {
+        match self {
+            Decision::Degraded { count, .. } => Some(*count),
+            _ => None,
+        }
     }
 
     pub fn flow(&self) -> &str {
@@ -154,7 +189,8 @@ impl Decision {
             Decision::Granted { flow, .. }
             | Decision::Deferred { flow, .. }
             | Decision::Bypassed { flow, .. }
-            | Decision::Unthrottled { flow, .. } => flow,
+            | Decision::Unthrottled { flow, .. }
+            | Decision::Degraded { flow, .. } => flow,
         }
     }
 
@@ -324,6 +360,9 @@ mod tests {
         ));
         assert!(unknown.may_emit());
         assert!(serde_json::from_str::<Decision>(r#"{"outcome":"maybe","flow":"x"}"#).is_err());
+        // Only the client decides `degraded`; the arbiter never says it.
+        let local = r#"{"outcome":"degraded","flow":"x","quota":"q","count":1}"#;
+        assert!(serde_json::from_str::<Decision>(local).is_err());
     }
 
     fn once(

@@ -41,17 +41,18 @@ pub enum Error {
 
 impl Error {
     /// The arbiter could not be reached or could not reach its store: a
-    /// connection error, or 503 `store-unavailable`, after the retries. This
-    /// is when a flow's local fallback is meant to decide (issue 9, not built
-    /// yet: such a reservation fails with this error today).
+    /// connection error, a timeout, or 503 `store-unavailable`, after the
+    /// retries. This is when a flow that opted in is decided by the local
+    /// fallback (design.md §12) instead of failing with this error.
     pub fn arbiter_unreachable(&self) -> bool {
         match self {
             Error::Unavailable { last, .. } => match last {
-                Failure::Connect(_) => true,
+                Failure::Connect(_) | Failure::Timeout => true,
                 Failure::Status { status, problem } => {
                     *status == 503 && problem.as_deref() == Some("store-unavailable")
                 }
-                Failure::Timeout | Failure::Transport(_) => false,
+                // An answer cut short: the arbiter was there.
+                Failure::Transport(_) => false,
             },
             _ => false,
         }
@@ -120,8 +121,8 @@ mod tests {
             problem: Some("store-unavailable".into()),
         };
         assert!(unavailable(no_store).arbiter_unreachable());
+        assert!(unavailable(Failure::Timeout).arbiter_unreachable());
         for reachable in [
-            Failure::Timeout,
             Failure::Transport("reset".into()),
             Failure::Status {
                 status: 503,

@@ -117,7 +117,7 @@ impl Pacer {
 
 /// A poisoned lock only means another thread panicked while holding one of
 /// these plain values, which stay consistent: keep going.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

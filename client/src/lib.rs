@@ -24,20 +24,33 @@
 //! - The cooldown gate and the optional pacing bucket are process-wide: a
 //!   registry keyed by the arbiter's URL, so clones of a client and clients
 //!   built apart share them.
-//! - Not built yet (issue 9, later parts): the local fallback when the
-//!   arbiter is unreachable. Such a call fails with [`Error::Unavailable`]
-//!   ([`Error::arbiter_unreachable`] tells that case apart); it never
-//!   pretends to decide locally.
+//! - The local fallback: a client follows its flows' shares of their quotas
+//!   (`GET /v1/stream`, from the first reservation on). When the arbiter is
+//!   unreachable ([`Error::arbiter_unreachable`]: connection errors,
+//!   timeouts, 503 `store-unavailable`, after the retries), a flow that opted
+//!   in (`"fallback": "local"`) is decided by a local token bucket at this
+//!   client's share ([`Decision::Degraded`]): it waits for a token, never
+//!   refuses; reported upstream statuses adapt it like the arbiter's cadence
+//!   ([`adapt`]); its slots are reported to the arbiter once it answers again,
+//!   so its window counts them. Other flows fail with [`Error::Unavailable`].
 
+mod adapt;
 mod client;
 mod decision;
 mod error;
+mod fallback;
 mod gate;
 mod report;
 mod retry;
 mod settings;
+mod share;
+mod stream;
 mod transport;
 
+pub use adapt::{
+    adapt, multiplier, recovered_factor, Adapted, Limits, BURST_FLOOR, RATE_FLOOR,
+    RECOVERY_PER_SECOND,
+};
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use decision::{
     Decision, DeferralWaits, Limit, Mode, Reserve, MIN_DEFERRAL_WAIT, STALE_DEFERRAL_MAX,
@@ -46,3 +59,4 @@ pub use error::{Error, Failure};
 pub use report::{Report, ReportAnswer};
 pub use retry::{parse_retry_after, RetryPolicy};
 pub use settings::{Pacing, Settings, DEFAULT_URL};
+pub use share::Share;

@@ -69,6 +69,19 @@ impl Report {
     pub fn lease_id(&self) -> Option<i64> {
         self.lease_id
     }
+
+    pub fn flow_name(&self) -> Option<&str> {
+        self.flow.as_deref()
+    }
+
+    pub fn quota_name(&self) -> Option<&str> {
+        self.quota.as_deref()
+    }
+
+    /// The upstream's status as reported (0: timed out).
+    pub fn upstream_status(&self) -> Option<u16> {
+        self.status
+    }
 }
 
 /// The arbiter's answer to a report.
@@ -84,6 +97,13 @@ pub struct ReportAnswer {
     pub factor: Option<f64>,
     pub effective_rate: Option<f64>,
     pub effective_burst: Option<f64>,
+    /// Degraded slots the arbiter counted (the client's own reports of them).
+    pub counted: Option<u32>,
+    /// Answered by the local fallback, the arbiter unreachable: the factor
+    /// and limits are the local bucket's, and a lease was not released (it
+    /// expires on its own).
+    #[serde(skip)]
+    pub local: bool,
 }
 
 #[cfg(test)]

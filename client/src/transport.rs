@@ -48,6 +48,16 @@ impl Transport {
         B: Serialize + ?Sized,
         T: DeserializeOwned,
     {
+        self.post_attempts(path, body, self.retry.attempts).await
+    }
+
+    /// [`Transport::post`] with at most `attempts` attempts (a probe of an
+    /// arbiter taken for unreachable asks once).
+    pub async fn post_attempts<B, T>(&self, path: &str, body: &B, attempts: u32) -> Result<T, Error>
+    where
+        B: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
         let url = self
             .base
             .join(path)
@@ -66,7 +76,7 @@ impl Transport {
                 // Every other call of the process waits this out too.
                 self.gates.cooldown().close_for(wait);
             }
-            if attempt >= self.retry.attempts {
+            if attempt >= attempts {
                 tracing::warn!(%url, attempts = attempt, %failure, "quota arbiter unavailable");
                 return Err(Error::Unavailable {
                     attempts: attempt,

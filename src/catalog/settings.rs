@@ -204,6 +204,40 @@ impl QuotaPatch {
     }
 }
 
+/// What a worker's client does for a flow when the arbiter is unreachable
+/// (design.md §12). New flows have none: the call fails, as it always did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    /// No local decisions: the client reports the arbiter unavailable.
+    #[default]
+    Off,
+    /// The client decides locally at its last known share of the quota,
+    /// waits rather than refuses, and reports those slots when it can.
+    Local,
+}
+
+impl Fallback {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Off => "off",
+            Fallback::Local => "local",
+        }
+    }
+}
+
+impl std::str::FromStr for Fallback {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(Fallback::Off),
+            "local" => Ok(Fallback::Local),
+            other => Err(format!("unknown fallback `{other}` (off or local)")),
+        }
+    }
+}
+
 /// A flow's settings as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowSettings {
@@ -212,6 +246,7 @@ pub struct FlowSettings {
     pub priority: i16,
     /// `None`: the whole over-ceiling share is deferred (100 %).
     pub enforce_percent: Option<i16>,
+    pub fallback: Fallback,
 }
 
 impl FlowSettings {
@@ -259,6 +294,8 @@ pub struct FlowBody {
     #[schema(minimum = 1, maximum = 100)]
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub enforce_percent: Option<i16>,
+    /// What a worker's client does when the arbiter is unreachable; default `off`.
+    pub fallback: Option<Fallback>,
     /// Create the quota (with the default ceiling) when it does not exist.
     #[serde(default)]
     pub create_quota: bool,
@@ -271,6 +308,7 @@ impl FlowBody {
             mode: self.mode.unwrap_or(Mode::Observe),
             priority: self.priority.unwrap_or(DEFAULT_PRIORITY),
             enforce_percent: self.enforce_percent,
+            fallback: self.fallback.unwrap_or_default(),
         }
         .validated()
     }
@@ -298,6 +336,10 @@ pub struct FlowPatch {
     #[serde(default, deserialize_with = "crate::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 1, maximum = 100)]
     pub enforce_percent: Patch<i16>,
+    /// `null`: back to `off`.
+    #[serde(default)]
+    #[schema(value_type = Option<Fallback>, nullable)]
+    pub fallback: Patch<Fallback>,
     #[serde(default)]
     pub create_quota: bool,
 }
@@ -319,6 +361,7 @@ impl FlowPatch {
                 mode: Mode::Observe,
                 priority: DEFAULT_PRIORITY,
                 enforce_percent: None,
+                fallback: Fallback::Off,
             },
             (None, _) => return Err(FlowPatchError::NoSuchFlow),
         };
@@ -340,6 +383,7 @@ impl FlowPatch {
             mode: self.mode.or_default(current.mode, Mode::Observe),
             priority: self.priority.or_default(current.priority, DEFAULT_PRIORITY),
             enforce_percent: percent.applied_to(current.enforce_percent),
+            fallback: self.fallback.or_default(current.fallback, Fallback::Off),
         }
         .validated()
         .map_err(FlowPatchError::Invalid)
@@ -356,6 +400,7 @@ mod tests {
             mode,
             priority: 1,
             enforce_percent: percent,
+            fallback: Fallback::Off,
         }
     }
 
@@ -390,6 +435,23 @@ mod tests {
         let body: FlowBody =
             serde_json::from_str(r#"{"quota": "ppf", "enforce_percent": 30}"#).unwrap();
         assert!(body.settings().is_err(), "PUT: a new flow observes");
+    }
+
+    #[test]
+    fn fallback_is_off_unless_asked_and_kept_by_other_changes() {
+        let body: FlowBody = serde_json::from_str(r#"{"quota": "ppf"}"#).unwrap();
+        assert_eq!(body.settings().unwrap().fallback, Fallback::Off);
+        let body: FlowBody =
+            serde_json::from_str(r#"{"quota": "ppf", "fallback": "local"}"#).unwrap();
+        let local = body.settings().unwrap();
+        assert_eq!(local.fallback, Fallback::Local);
+        let moved = patch(r#"{"mode": "enforce", "priority": 3}"#).applied_to(Some(local.clone()));
+        assert_eq!(moved.map(|f| f.fallback), Ok(Fallback::Local));
+        let off = patch(r#"{"fallback": null}"#).applied_to(Some(local.clone()));
+        assert_eq!(off.map(|f| f.fallback), Ok(Fallback::Off));
+        let on = patch(r#"{"fallback": "local"}"#).applied_to(Some(flow(Mode::Observe, None)));
+        assert_eq!(on.map(|f| f.fallback), Ok(Fallback::Local));
+        assert!(serde_json::from_str::<FlowPatch>(r#"{"fallback": "remote"}"#).is_err());
     }
 
     #[test]

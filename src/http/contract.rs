@@ -73,6 +73,7 @@ fn refine_bodies(openapi: &mut OpenApi) {
                 input::schema::any_of([
                     json!({"type": "object", "required": ["status"], "properties": {"status": {"type": "integer"}}}),
                     json!({"type": "object", "required": ["lease_id"], "properties": {"lease_id": {"type": "integer"}}}),
+                    json!({"type": "object", "required": ["degraded"], "properties": {"degraded": {"type": "integer"}}}),
                 ]),
                 input::schema::any_of([
                     json!({"type": "object", "properties": {"status": {"type": ["integer", "null"], "minimum": 100}}}),

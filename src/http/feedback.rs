@@ -1,8 +1,11 @@
 //! `POST /v1/report`: what happened upstream after an emission. Frees the
-//! grant's concurrency lease and teaches the adaptive cadence.
+//! grant's concurrency lease and teaches the adaptive cadence; and counts the
+//! slots a worker's client spent deciding locally while the arbiter was
+//! unreachable (design.md §12).
 
 use axum::extract::State;
 use axum::Json;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -13,7 +16,9 @@ use super::extract::ApiJson;
 use super::AppState;
 use crate::arbiter::StoreUnavailable;
 use crate::catalog::validate_name;
+// One rule, one place: the worker client's local fallback adapts by it too.
 use crate::store::{LeaseHolder, LeaseRelease};
+use quota_arbiter_client::multiplier;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(report_upstream))
@@ -21,19 +26,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// Longest emission a report may describe.
 const MAX_DURATION_MS: u64 = 3_600_000;
-
-/// The adaptive cadence's reading of the upstream's HTTP status: back off
-/// hard on 429, gently on other failures, creep back up on success. Other
-/// answers (a 404, a redirect) say nothing about the rate.
-fn multiplier(status: u16) -> Option<f64> {
-    match status {
-        429 => Some(0.7),
-        0 => Some(0.8), // the call timed out
-        500..=599 => Some(0.9),
-        200..=299 => Some(1.05),
-        _ => None,
-    }
-}
+/// Most degraded slots one report may count (a client sends what it holds in
+/// several reports beyond this).
+pub const MAX_DEGRADED: u32 = 1_000_000;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +51,12 @@ pub struct FeedbackBody {
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     #[schema(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
     pub lease_id: Option<i64>,
+    /// Slots the client's local fallback spent (`degraded` decisions) while
+    /// the arbiter was unreachable: added to the quota's window the database
+    /// clock is in when the report arrives, like count mode's slots.
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub degraded: Option<u32>,
 }
 
 impl FeedbackBody {
@@ -66,8 +67,14 @@ impl FeedbackBody {
             (None, Some(quota)) => validate_name(quota).map_err(|why| format!("`quota` {why}"))?,
             _ => return Err("give `flow` or `quota` (one of them)".into()),
         }
-        if self.status.is_none() && self.lease_id.is_none() {
-            return Err("give `status`, `lease_id` or both".into());
+        if self.status.is_none() && self.lease_id.is_none() && self.degraded.is_none() {
+            return Err("give `status`, `lease_id`, `degraded`, or several".into());
+        }
+        if self
+            .degraded
+            .is_some_and(|n| !(1..=MAX_DEGRADED).contains(&n))
+        {
+            return Err(format!("`degraded` must be between 1 and {MAX_DEGRADED}"));
         }
         if self
             .status
@@ -93,9 +100,14 @@ pub struct FeedbackAnswer {
     pub factor: Option<f64>,
     pub effective_rate: Option<f64>,
     pub effective_burst: Option<f64>,
+    /// The `degraded` slots counted, once the ledger writes them.
+    pub counted: Option<u32>,
+    /// The window they count in; `null`: the one current when they are written.
+    pub counted_in: Option<DateTime<Utc>>,
 }
 
-/// Report an emission's upstream outcome and/or free its lease.
+/// Report an emission's upstream outcome, free its lease, and/or count the
+/// slots a client decided locally (`degraded`) while the arbiter was unreachable.
 #[utoipa::path(post, path = "/v1/report", tag = "reserve", request_body = FeedbackBody,
     responses((status = 200, body = FeedbackAnswer),
         (status = 404, description = "No such flow or quota", body = Problem),
@@ -136,6 +148,10 @@ pub async fn report_upstream(
         answer.released = Some(released.is_some());
         answer.held_seconds = released.as_ref().map(|r| r.held_seconds);
         answer.avg_lease_seconds = released.map(|r| r.avg_seconds);
+    }
+    if let Some(slots) = body.degraded {
+        answer.counted_in = state.arbiter.spend_after_the_fact(&quota, i64::from(slots));
+        answer.counted = Some(slots);
     }
     if let Some(multiplier) = body.status.and_then(multiplier) {
         if let Some(adapted) = state.store.adapt_cadence(&quota, multiplier).await? {

@@ -46,7 +46,7 @@ impl utoipa::PartialSchema for ShareFrame {
             .schema_type(SchemaType::Type(Type::String))
             .content_media_type("application/json")
             .description(Some(
-                r#"A ShareEvent: {"quotas": [{"quota", "rate", "burst", "clients"}]}"#,
+                r#"A ShareEvent: {"quotas": [{"quota", "rate", "burst", "hourly_ceiling", "clients", "flows": [{"flow", "fallback"}]}]}"#,
             ));
         ObjectBuilder::new()
             .schema_type(SchemaType::Type(Type::Object))

@@ -6,7 +6,9 @@ use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::Store;
-use crate::catalog::{FlowPatch, FlowPatchError, FlowSettings, Mode, QuotaPatch, QuotaSettings};
+use crate::catalog::{
+    Fallback, FlowPatch, FlowPatchError, FlowSettings, Mode, QuotaPatch, QuotaSettings,
+};
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct QuotaRow {
@@ -36,6 +38,9 @@ pub struct FlowRow {
     pub priority: i16,
     /// Enforce mode: share (1-100) of over-ceiling decisions deferred; `null` = 100.
     pub enforce_percent: Option<i16>,
+    /// What a worker's client does when the arbiter is unreachable.
+    #[schema(value_type = Fallback)]
+    pub fallback: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -192,6 +197,8 @@ impl Store {
                 mode: row.mode.parse().unwrap_or(Mode::Observe),
                 priority: row.priority,
                 enforce_percent: row.enforce_percent,
+                // The table's CHECK admits only `off` and `local`.
+                fallback: row.fallback.parse().unwrap_or_default(),
             });
         let settings = patch.applied_to(current).map_err(|error| match error {
             FlowPatchError::NoSuchFlow => CatalogError::NotFound(format!(
@@ -341,7 +348,8 @@ async fn write_flow(
         quota,
         settings.mode.as_str(),
         settings.priority,
-        settings.enforce_percent
+        settings.enforce_percent,
+        settings.fallback.as_str()
     )
     .fetch_one(&mut **tx)
     .await?)

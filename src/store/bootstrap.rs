@@ -75,10 +75,17 @@ pub async fn seed_catalog(pool: &PgPool, config: &Config) -> Result<(), sqlx::Er
             .execute(pool)
             .await?;
         let mode = seed.mode.map(|m| m.as_str());
-        let stored =
-            sqlx::query_file_scalar!("sql/seed_flow.sql", name, seed.quota, mode, seed.priority)
-                .fetch_one(pool)
-                .await?;
+        let fallback = seed.fallback.map(|f| f.as_str());
+        let stored = sqlx::query_file_scalar!(
+            "sql/seed_flow.sql",
+            name,
+            seed.quota,
+            mode,
+            seed.priority,
+            fallback
+        )
+        .fetch_one(pool)
+        .await?;
         if mode.is_some_and(|m| m != stored) {
             tracing::warn!(flow = %name, file = ?mode, table = %stored,
                 "config file and table disagree on mode; the table wins (flipped at run time)");

@@ -2,8 +2,10 @@
 //! replica, and what the quotas their flows spend allow now.
 
 use super::Store;
+use crate::catalog::Fallback;
 
-/// One quota as a share stream reports it.
+/// One quota as a share stream reports it: what a client needs to decide
+/// locally at its share when the arbiter is unreachable (design.md §12).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct QuotaShare {
     pub quota: String,
@@ -11,9 +13,23 @@ pub struct QuotaShare {
     pub rate: Option<f64>,
     /// Bucket size, the adaptive factor applied; `null` without cadence.
     pub burst: Option<f64>,
+    /// Slots per UTC hour. Without cadence a client's local rate is
+    /// `hourly_ceiling / 3600` per second with a burst of 1; with cadence,
+    /// `rate` and `burst`; either way divided among `clients`.
+    #[schema(minimum = 0, maximum = 9007199254740992_i64)]
+    pub hourly_ceiling: i64,
     /// Live share-stream clients of this quota across replicas: each one's
     /// share is `rate / clients`.
     pub clients: i64,
+    /// The stream's flows that spend this quota, by name.
+    pub flows: Vec<FlowShare>,
+}
+
+/// A flow of the stream and whether its client may decide locally.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct FlowShare {
+    pub flow: String,
+    pub fallback: Fallback,
 }
 
 impl Store {
@@ -48,7 +64,18 @@ impl Store {
                 quota: row.quota,
                 rate: row.effective_rate,
                 burst: row.effective_burst,
+                hourly_ceiling: row.hourly_ceiling,
                 clients: row.clients,
+                flows: row
+                    .flows
+                    .into_iter()
+                    .zip(row.fallbacks)
+                    .map(|(flow, fallback)| FlowShare {
+                        flow,
+                        // The table's CHECK admits only `off` and `local`.
+                        fallback: fallback.parse().unwrap_or_default(),
+                    })
+                    .collect(),
             })
             .collect())
     }

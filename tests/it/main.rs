@@ -5,6 +5,7 @@ mod admin;
 mod admit;
 mod batch;
 mod cadence;
+mod client;
 mod config;
 mod dashboard;
 mod gateway;

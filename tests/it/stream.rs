@@ -78,7 +78,8 @@ async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPo
     let share = first.next_share(Duration::from_secs(2)).await;
     assert_eq!(
         share,
-        json!({"quotas": [{"quota": "api", "rate": 10.0, "burst": 5.0, "clients": 1}]})
+        json!({"quotas": [{"quota": "api", "rate": 10.0, "burst": 5.0, "hourly_ceiling": 1000,
+            "clients": 1, "flows": [{"flow": "invoice", "fallback": "off"}]}]})
     );
 
     put_quota(

@@ -417,3 +417,67 @@ async fn a_deadline_without_a_zone_says_what_is_expected(pool: PgPool) {
         "{detail}"
     );
 }
+
+#[sqlx::test]
+async fn a_flow_opts_in_to_the_local_fallback_on_every_surface(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let flow = "/v1/flows/invoice";
+    let stored = || async {
+        sqlx::query_scalar::<_, String>("SELECT fallback FROM flow WHERE name = 'invoice'")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let created = app
+        .admin_json(
+            Method::PUT,
+            flow,
+            Some(json!({"quota": "api", "create_quota": true})),
+        )
+        .await;
+    assert_eq!(created["fallback"], "off", "off unless asked: {created}");
+    let local = app
+        .admin_json(Method::PATCH, flow, Some(json!({"fallback": "local"})))
+        .await;
+    assert_eq!(local["fallback"], "local");
+    // Other changes keep it; GET shows it.
+    app.admin_json(Method::PATCH, flow, Some(json!({"mode": "enforce"})))
+        .await;
+    let shown = app.admin_json(Method::GET, flow, None).await;
+    assert_eq!(shown["fallback"], "local", "{shown}");
+    // `null` is back to off; PUT without it too.
+    app.admin_json(Method::PATCH, flow, Some(json!({"fallback": null})))
+        .await;
+    assert_eq!(stored().await, "off");
+    app.admin_json(
+        Method::PUT,
+        flow,
+        Some(json!({"quota": "api", "fallback": "local"})),
+    )
+    .await;
+    assert_eq!(stored().await, "local");
+    app.admin_json(Method::PUT, flow, Some(json!({"quota": "api"})))
+        .await;
+    assert_eq!(stored().await, "off");
+    // The CLI sets it the same way, and lists it.
+    stdout(&cli(&pool, &["flow", "invoice", "--fallback", "local"]).await);
+    assert_eq!(stored().await, "local");
+    let listed = stdout(&cli(&pool, &["flows"]).await);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("invoice") && l.trim_end().ends_with("local")),
+        "{listed}"
+    );
+    let refused = app
+        .admin(Method::PATCH, flow)
+        .json(&json!({"fallback": "remote"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    assert!(!cli(&pool, &["flow", "invoice", "--fallback", "remote"])
+        .await
+        .status
+        .success());
+}

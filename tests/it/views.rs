@@ -99,7 +99,8 @@ async fn a_partly_enforced_flow_shows_its_percent_and_other_modes_none(pool: PgP
         flows
             .lines()
             .find(|line| line.split_whitespace().next() == Some(flow))
-            .and_then(|line| line.split_whitespace().last())
+            // flow, quota, mode, priority, enforce%, fallback
+            .and_then(|line| line.split_whitespace().nth(4))
             .unwrap_or_else(|| panic!("no {flow} in {flows}"))
             .to_string()
     };

@@ -1,6 +1,10 @@
+#![allow(dead_code)] // each test binary uses its part of the fake
 //! A scripted stand-in for the arbiter's HTTP API: it answers each request with
 //! the next scripted reply (the last one repeats) and records what it saw and
-//! when, by tokio's clock, so tests on paused time read exact waits.
+//! when, by tokio's clock, so tests on paused time read exact waits. The share
+//! stream (`GET /v1/stream`) is apart: it sends the fake's share event, if it
+//! has one (else a 404), and stays open; it takes no scripted reply and is
+//! not among what the fake saw.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -99,6 +103,8 @@ struct Script {
     replies: Mutex<VecDeque<Reply>>,
     seen: Mutex<Vec<Seen>>,
     in_flight: AtomicUsize,
+    share: Mutex<Option<Value>>,
+    streams: AtomicUsize,
 }
 
 pub struct FakeArbiter {
@@ -116,6 +122,8 @@ impl FakeArbiter {
             replies: Mutex::new(replies.into_iter().collect()),
             seen: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
+            share: Mutex::new(None),
+            streams: AtomicUsize::new(0),
         });
         let serving = script.clone();
         tokio::spawn(async move {
@@ -124,6 +132,21 @@ impl FakeArbiter {
             }
         });
         Self { url, script }
+    }
+
+    /// Streams connecting from now on receive this `share` event's data.
+    pub fn share(&self, event: Value) {
+        *self.script.share.lock().unwrap() = Some(event);
+    }
+
+    /// Share streams connected so far.
+    pub fn streams(&self) -> usize {
+        self.script.streams.load(Ordering::SeqCst)
+    }
+
+    /// Replaces the script: the arbiter changes its mind (comes back).
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        *self.script.replies.lock().unwrap() = replies.into_iter().collect();
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -164,6 +187,9 @@ async fn serve(mut stream: TcpStream, script: Arc<Script>) {
         .filter_map(|l| l.split_once(':'))
         .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
         .map(|(_, value)| value.trim().to_string());
+    if path.starts_with("/v1/stream") {
+        return stream_shares(stream, &script).await;
+    }
     let reply = {
         let mut replies = script.replies.lock().unwrap();
         let reply = if replies.len() > 1 {
@@ -206,6 +232,26 @@ async fn serve(mut stream: TcpStream, script: Arc<Script>) {
         }
     }
     script.in_flight.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The share stream: the event, then open until the client hangs up.
+async fn stream_shares(mut stream: TcpStream, script: &Script) {
+    let share = script.share.lock().unwrap().clone();
+    let Some(share) = share else {
+        let _ = stream
+            .write_all(b"HTTP/1.1 404 Fake\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+        return;
+    };
+    script.streams.fetch_add(1, Ordering::SeqCst);
+    let response = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\n: hello\n\nevent: share\ndata: {share}\n\n"
+    );
+    if stream.write_all(response.as_bytes()).await.is_err() {
+        return;
+    }
+    let mut rest = [0u8; 64];
+    while matches!(stream.read(&mut rest).await, Ok(n) if n > 0) {}
 }
 
 async fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {

@@ -1,0 +1,178 @@
+//! What the arbiter's share broadcast (`GET /v1/stream`, design.md §10) tells
+//! a client, and the rule that turns it into this client's share of a quota.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde::Deserialize;
+
+use crate::adapt::{Limits, BURST_FLOOR, RATE_FLOOR};
+
+/// The `share` event's data.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ShareEvent {
+    pub quotas: Vec<QuotaShare>,
+}
+
+/// One quota of a `share` event.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct QuotaShare {
+    pub quota: String,
+    pub rate: Option<f64>,
+    pub burst: Option<f64>,
+    /// Absent from an older arbiter: without cadence there is then no safe
+    /// rate to derive, and no share.
+    pub hourly_ceiling: Option<i64>,
+    pub clients: i64,
+    #[serde(default)]
+    pub flows: Vec<FlowShare>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct FlowShare {
+    pub flow: String,
+    /// `off`, `local`, or a value this client does not know (treated as off).
+    pub fallback: String,
+}
+
+/// This client's share of a quota, as its last `share` event told it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Share {
+    pub quota: String,
+    /// This client's part of the quota's rate and burst: the most its local
+    /// fallback decides, before adapting to the upstream.
+    pub limits: Limits,
+    /// Live clients of the quota across the arbiter's replicas, this one included.
+    pub clients: u32,
+    /// Whether the flow asked (`"fallback": "local"`) to be decided locally
+    /// while the arbiter is unreachable.
+    pub fallback: bool,
+}
+
+impl QuotaShare {
+    /// The rule (design.md §12): the quota's effective cadence, or without
+    /// cadence its hourly ceiling spread evenly over the hour (`ceiling /
+    /// 3600` per second, a burst of 1), divided among its live clients, never
+    /// below 0.01/s and a burst of 1. `None` when the event says too little.
+    pub fn client_limits(&self) -> Option<Limits> {
+        let (rate, burst) = match (self.rate, self.burst) {
+            (Some(rate), Some(burst)) => (rate, burst),
+            _ => (self.hourly_ceiling? as f64 / 3600.0, 1.0),
+        };
+        let clients = self.clients.max(1) as f64;
+        let limits = Limits {
+            rate: (rate / clients).max(RATE_FLOOR),
+            burst: (burst / clients).max(BURST_FLOOR),
+        };
+        (limits.rate.is_finite() && limits.burst.is_finite()).then_some(limits)
+    }
+}
+
+/// The last `share` event, as the client's stream received it.
+#[derive(Default)]
+pub struct Shares {
+    by_flow: Mutex<HashMap<String, Share>>,
+}
+
+impl Shares {
+    /// The newest event replaces what the previous ones said; a flow it no
+    /// longer names keeps its last share (a stream that reconnected with
+    /// fewer flows, or a quota the arbiter could not read this time).
+    pub fn update(&self, event: &ShareEvent) {
+        let mut by_flow = crate::gate::lock(&self.by_flow);
+        for quota in &event.quotas {
+            let Some(limits) = quota.client_limits() else {
+                continue;
+            };
+            for flow in &quota.flows {
+                let share = Share {
+                    quota: quota.quota.clone(),
+                    limits,
+                    clients: u32::try_from(quota.clients.max(1)).unwrap_or(u32::MAX),
+                    fallback: flow.fallback == "local",
+                };
+                by_flow.insert(flow.flow.clone(), share);
+            }
+        }
+    }
+
+    pub fn of(&self, flow: &str) -> Option<Share> {
+        crate::gate::lock(&self.by_flow).get(flow).cloned()
+    }
+
+    /// The share of a quota, by any flow of it this client follows.
+    pub fn of_quota(&self, quota: &str) -> Option<Share> {
+        crate::gate::lock(&self.by_flow)
+            .values()
+            .find(|share| share.quota == quota)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(rate: f64, burst: f64) -> Limits {
+        Limits { rate, burst }
+    }
+
+    fn quota(json: &str) -> QuotaShare {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn event(json: &str) -> ShareEvent {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_share_is_the_cadence_divided_among_the_clients() {
+        let shares = Shares::default();
+        shares.update(&event(
+            r#"{"quotas": [{"quota": "api", "rate": 30.0, "burst": 6.0, "hourly_ceiling": 100000,
+            "clients": 3, "flows": [{"flow": "invoice", "fallback": "local"},
+            {"flow": "sync", "fallback": "off"}]}]}"#,
+        ));
+        let invoice = shares.of("invoice").unwrap();
+        assert_eq!(invoice.limits, limits(10.0, 2.0));
+        assert_eq!((invoice.clients, invoice.fallback), (3, true));
+        assert!(!shares.of("sync").unwrap().fallback);
+        assert_eq!(shares.of("nobody"), None);
+        assert_eq!(shares.of_quota("api").unwrap().limits.rate, 10.0);
+    }
+
+    #[test]
+    fn without_cadence_the_ceiling_is_spread_over_the_hour_with_a_burst_of_one() {
+        let quota = quota(
+            r#"{"quota": "api", "rate": null, "burst": null, "hourly_ceiling": 7200,
+            "clients": 4, "flows": []}"#,
+        );
+        assert_eq!(quota.client_limits(), Some(limits(0.5, 1.0)));
+        // An older arbiter without the ceiling: no safe rate, no share.
+        let older: QuotaShare =
+            serde_json::from_str(r#"{"quota": "api", "rate": null, "burst": null, "clients": 1}"#)
+                .unwrap();
+        assert_eq!(older.client_limits(), None);
+        // No live client counted yet (this one's heartbeat not in): all of it.
+        let alone = QuotaShare {
+            clients: 0,
+            rate: Some(5.0),
+            burst: Some(2.0),
+            ..older
+        };
+        assert_eq!(alone.client_limits(), Some(limits(5.0, 2.0)));
+    }
+
+    #[test]
+    fn a_share_never_drops_below_the_floors() {
+        let crowded = quota(
+            r#"{"quota": "api", "rate": 1.0, "burst": 5.0, "hourly_ceiling": 10,
+            "clients": 1000, "flows": []}"#,
+        );
+        assert_eq!(
+            crowded.client_limits(),
+            Some(limits(RATE_FLOOR, BURST_FLOOR))
+        );
+    }
+}

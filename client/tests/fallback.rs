@@ -1,0 +1,204 @@
+//! The local fallback against a scripted fake arbiter, on paused time: it
+//! decides at the share once the arbiter is unreachable, waits rather than
+//! refuses, adapts to reported statuses, and hands its slots to the arbiter
+//! once it answers again.
+
+mod fake;
+
+use std::time::Duration;
+
+use quota_arbiter_client::{Client, Decision, Error, Report, Reserve, RetryPolicy};
+use serde_json::{json, Value};
+use tokio::time::{sleep, Instant};
+
+use fake::{granted, FakeArbiter, Reply};
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+/// Quota `ppf` at 30/s (burst 3) among 3 clients: this one's share is 10/s,
+/// burst 1. `invoice` opted in, `sync` did not.
+fn share_event() -> Value {
+    json!({"quotas": [{"quota": "ppf", "rate": 30.0, "burst": 3.0, "hourly_ceiling": 1000000,
+        "clients": 3, "flows": [{"flow": "invoice", "fallback": "local"},
+        {"flow": "sync", "fallback": "off"}]}]})
+}
+
+fn unavailable() -> Reply {
+    Reply::problem(503, "store-unavailable")
+}
+
+/// Two attempts 1 s apart; probes of a fallen arbiter up to 8 s apart.
+fn quick_client(arbiter: &FakeArbiter) -> Client {
+    Client::builder()
+        .url(&arbiter.url)
+        .retry(RetryPolicy {
+            attempts: 2,
+            base: S(1),
+            max: S(8),
+        })
+        .build()
+        .unwrap()
+}
+
+/// A client of a fake that granted its first calls and is unreachable
+/// since: its share known from the stream its first reservation opened.
+async fn client_of_a_fallen_arbiter() -> (FakeArbiter, Client) {
+    let arbiter = FakeArbiter::start([granted("invoice"), granted("sync"), unavailable()]).await;
+    arbiter.share(share_event());
+    let client = quick_client(&arbiter);
+    for flow in ["invoice", "sync"] {
+        let decision = client.reserve(Reserve::new(flow)).await.unwrap();
+        assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+    }
+    let start = Instant::now();
+    while client.share("invoice").is_none() || client.share("sync").is_none() {
+        assert!(
+            start.elapsed() < S(5),
+            "the share stream delivered no share"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    (arbiter, client)
+}
+
+/// Acquires `invoice` for `span`: each decision's time since the first one.
+async fn degraded_for(client: &Client, span: Duration) -> Vec<Duration> {
+    let mut at = Vec::new();
+    let mut start = None;
+    loop {
+        let decision = client.acquire(Reserve::new("invoice")).await.unwrap();
+        assert!(
+            matches!(decision, Decision::Degraded { count: 1, ref quota, .. } if quota == "ppf"),
+            "{decision:?}"
+        );
+        let start = *start.get_or_insert_with(Instant::now);
+        if start.elapsed() > span {
+            return at;
+        }
+        at.push(start.elapsed());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_arbiter_leaves_flows_that_opted_in_to_their_share() {
+    let (arbiter, client) = client_of_a_fallen_arbiter().await;
+    let share = client.share("invoice").unwrap();
+    assert_eq!(
+        (share.limits.rate, share.limits.burst, share.clients),
+        (10.0, 1.0, 3)
+    );
+
+    // A flow without fallback fails as before.
+    let error = client.reserve(Reserve::new("sync")).await.unwrap_err();
+    assert!(error.arbiter_unreachable(), "{error}");
+
+    // 10/s with a burst of 1: over 10 s the burst and one per 100 ms,
+    // waited for, never refused.
+    let at = degraded_for(&client, S(10)).await;
+    assert_eq!(at.len(), 101, "{at:?}");
+    assert!(
+        at.windows(2)
+            .all(|w| w[1] - w[0] >= Duration::from_millis(99)),
+        "{at:?}"
+    );
+    assert_eq!(client.unreported("invoice"), 102);
+    // The arbiter is asked now and then (a probe, with the backoff), not
+    // once per decision.
+    let asked = arbiter
+        .seen()
+        .iter()
+        .filter(|seen| seen.path == "/v1/reserve")
+        .count();
+    assert!(asked < 12, "{asked} reservations asked of a fallen arbiter");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reported_statuses_adapt_the_local_bucket_and_recover() {
+    let (arbiter, client) = client_of_a_fallen_arbiter().await;
+    degraded_for(&client, S(1)).await;
+    let before = arbiter.seen().len();
+
+    let answer = client
+        .report(&Report::flow("invoice").status(429))
+        .await
+        .unwrap();
+    assert!(answer.local, "{answer:?}");
+    assert!(
+        (answer.effective_rate.unwrap() - 7.0).abs() < 0.01,
+        "{answer:?}"
+    );
+    let answer = client
+        .report(&Report::flow("invoice").timed_out())
+        .await
+        .unwrap();
+    assert!(
+        (answer.effective_rate.unwrap() - 5.6).abs() < 0.01,
+        "{answer:?}"
+    );
+    // Not sent: the arbiter is unreachable.
+    assert_eq!(
+        arbiter
+            .seen()
+            .iter()
+            .skip(before)
+            .filter(|seen| seen.path == "/v1/report" && seen.body.get("status").is_some())
+            .count(),
+        0
+    );
+    // 5.6/s now: over 5 s, 28 (± the recovery meanwhile).
+    let at = degraded_for(&client, S(5)).await;
+    assert!((28..=30).contains(&at.len()), "{} in 5 s", at.len());
+
+    // Quiet for long: back at the share, never above it.
+    sleep(S(600)).await;
+    let answer = client
+        .report(&Report::flow("invoice").status(200))
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer.effective_rate, answer.effective_burst),
+        (Some(10.0), Some(1.0))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn degraded_slots_reach_the_arbiter_once_it_answers_again() {
+    let (arbiter, client) = client_of_a_fallen_arbiter().await;
+    let decided = degraded_for(&client, S(2)).await.len() as u64 + 1;
+    assert_eq!(client.unreported("invoice"), decided);
+
+    // Back: reports are answered, reservations granted.
+    let back = arbiter.seen().len();
+    arbiter.script([Reply::json(200, json!({"released": null, "counted": 1}))]);
+    assert_eq!(client.settle_degraded(S(30)).await, 0, "slots unreported");
+    let reported: Vec<Value> = arbiter.seen()[back..]
+        .iter()
+        .filter(|seen| seen.path == "/v1/report")
+        .map(|seen| seen.body.clone())
+        .collect();
+    // All of them, once.
+    assert_eq!(
+        reported,
+        [json!({"flow": "invoice", "degraded": decided})],
+        "{reported:?}"
+    );
+    // And the next reservation goes to the arbiter again (its probe is due
+    // within the backoff's cap).
+    arbiter.script([granted("invoice")]);
+    sleep(S(8)).await;
+    let decision = client.reserve(Reserve::new("invoice")).await.unwrap();
+    assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+    let decision = client.reserve(Reserve::new("invoice")).await.unwrap();
+    assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_known_share_nothing_falls_back() {
+    // No share event: the stream is refused (404), the share stays unknown.
+    let arbiter = FakeArbiter::start([unavailable()]).await;
+    let client = quick_client(&arbiter);
+    let error = client.reserve(Reserve::new("invoice")).await.unwrap_err();
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert_eq!(client.share("invoice"), None);
+    assert_eq!(arbiter.streams(), 0);
+}

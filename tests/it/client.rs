@@ -1,0 +1,244 @@
+//! The worker client (`quota-arbiter-client`) against real replicas: many
+//! tasks acquiring one window, and the local fallback while the arbiter is
+//! down, counted by the window once it is back (design.md §12).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use quota_arbiter::catalog::Fallback;
+use quota_arbiter::config::FlowSeed;
+use quota_arbiter_client::{Client, Decision, Reserve, RetryPolicy};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::helpers::{
+    create_flow, current_count, database_url, eventually, pin_clock, pin_clock_at,
+    postgres_host_port, set_limits, Replica,
+};
+
+/// Retries short enough for a test: 2 attempts, 250 ms apart, probes of a
+/// fallen arbiter at most a second apart.
+fn quick_client(base: &str) -> Client {
+    Client::builder()
+        .url(base)
+        .retry(RetryPolicy {
+            attempts: 2,
+            base: Duration::from_millis(250),
+            max: Duration::from_secs(1),
+        })
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn thirty_two_tasks_fill_the_window_then_wait_for_the_next(pool: PgPool) {
+    create_flow(&pool, "api", 50, "invoice", "enforce").await;
+    // 12 s before the next hour by the database clock (the replica starts in
+    // a second or two): the first window fills, the rest waits for the next.
+    let pool = pin_clock_at(&pool, 3588.0).await;
+    let replica = Replica::spawn(&database_url(&pool, &postgres_host_port()).await).await;
+    let client = quick_client(&replica.base);
+
+    let mut tasks = JoinSet::new();
+    for _ in 0..32 {
+        let client = client.clone();
+        tasks.spawn(async move {
+            let mut windows = Vec::new();
+            for _ in 0..2 {
+                let decision = client.acquire(Reserve::new("invoice")).await.unwrap();
+                let Decision::Granted { window_start, .. } = decision else {
+                    panic!("acquire returns a grant here: {decision:?}");
+                };
+                windows.push(window_start.expect("a grant names its window"));
+            }
+            windows
+        });
+    }
+    let mut granted: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
+    while let Some(windows) = tasks.join_next().await {
+        for window in windows.unwrap() {
+            *granted.entry(window).or_default() += 1;
+        }
+    }
+    let counts: Vec<usize> = granted.values().copied().collect();
+    assert_eq!(counts, [50, 14], "{granted:?}");
+    let (first, next) = (
+        granted.keys().next().unwrap(),
+        granted.keys().last().unwrap(),
+    );
+    assert_eq!(*next - *first, chrono::Duration::hours(1));
+    // The windows say the same: 50 of 50, then the 14 deferred ones.
+    let stored: Vec<i64> = sqlx::query_scalar(
+        "SELECT count FROM quota_window WHERE quota = 'api' ORDER BY window_start",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, [50, 14]);
+}
+
+/// Acquires `invoice` for 10 s from the first degraded decision: the
+/// decisions within those 10 s, and all it decided locally.
+async fn degraded_for_ten_seconds(client: Client) -> (usize, u64) {
+    let mut within = 0;
+    let mut start = None;
+    loop {
+        let decision = client.acquire(Reserve::new("invoice")).await;
+        let decision = decision.expect("the fallback never refuses");
+        assert!(
+            matches!(decision, Decision::Degraded { count: 1, .. }),
+            "{decision:?}"
+        );
+        let start = *start.get_or_insert_with(Instant::now);
+        if start.elapsed() > Duration::from_secs(10) {
+            return (within, client.unreported("invoice"));
+        }
+        within += 1;
+    }
+}
+
+#[sqlx::test]
+async fn clients_of_a_stopped_arbiter_keep_their_share_and_the_window_counts_it(pool: PgPool) {
+    create_flow(&pool, "api", 1_000_000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 30, burst = 3").await;
+    sqlx::query("UPDATE flow SET fallback = 'local' WHERE name = 'invoice'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // Mid-hour: the test never straddles two windows.
+    let pool = pin_clock(&pool, 20).await;
+    let url = database_url(&pool, &postgres_host_port()).await;
+    let replica = Replica::spawn(&url).await;
+    let address = replica.base.trim_start_matches("http://").to_string();
+
+    let clients: Vec<Client> = (0..3).map(|_| quick_client(&replica.base)).collect();
+    for client in &clients {
+        let decision = client.acquire(Reserve::new("invoice")).await.unwrap();
+        assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+    }
+    // Three streams open: each client's share is 10/s, burst 1.
+    for client in &clients {
+        let share = eventually(Duration::from_secs(10), Some((3, 10.0, 1.0)), || async {
+            client
+                .share("invoice")
+                .map(|s| (s.clients, s.limits.rate, s.limits.burst))
+        })
+        .await;
+        assert_eq!(share, Some((3, 10.0, 1.0)));
+    }
+
+    replica.kill().await;
+    let mut runs = JoinSet::new();
+    for client in &clients {
+        runs.spawn(degraded_for_ten_seconds(client.clone()));
+    }
+    let mut degraded = 0;
+    while let Some(run) = runs.join_next().await {
+        let (within, decided) = run.unwrap();
+        // 10/s × 10 s + the burst of 1; and it kept deciding all along.
+        assert!(within <= 101, "{within} decisions in 10 s");
+        assert!(within >= 80, "only {within} decisions in 10 s");
+        degraded += decided;
+    }
+
+    // Back, on the same address: the clients hand their slots over.
+    let _back = Replica::spawn_with(&url, &[("QUOTA_LISTEN", &address)]).await;
+    for client in &clients {
+        let left = eventually(Duration::from_secs(20), 0, || async {
+            client.unreported("invoice")
+        })
+        .await;
+        assert_eq!(left, 0, "degraded slots still unreported");
+    }
+    let counted = eventually(Duration::from_secs(5), 3 + degraded as i64, || {
+        current_count(&pool, "api")
+    })
+    .await;
+    assert_eq!(
+        counted,
+        3 + degraded as i64,
+        "3 grants + {degraded} degraded"
+    );
+}
+
+#[sqlx::test]
+async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
+    // The SQL function the arbiter recovers its adaptive factor with, and
+    // the client's, over a few elapsed times.
+    for seconds in [0.0, 1.0, 37.5, 120.0, 1000.0] {
+        let sql: f64 = sqlx::query_scalar(
+            "SELECT recovered_factor(0.3, arbiter_now() - make_interval(secs => $1))",
+        )
+        .bind(seconds)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let rust = quota_arbiter_client::recovered_factor(0.3, Duration::from_secs_f64(seconds));
+        assert!(
+            (sql - rust).abs() < 1e-9,
+            "{seconds} s: SQL {sql}, client {rust}"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
+    let mut config = crate::helpers::test_config();
+    for (flow, fallback) in [("invoice", Some(Fallback::Local)), ("sync", None)] {
+        config.flows.insert(
+            flow.into(),
+            FlowSeed {
+                quota: "api".into(),
+                mode: None,
+                priority: None,
+                fallback,
+            },
+        );
+    }
+    quota_arbiter::store::seed_catalog(&pool, &config)
+        .await
+        .unwrap();
+    let stored: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, fallback FROM flow ORDER BY name")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        [
+            ("invoice".to_string(), "local".to_string()),
+            ("sync".to_string(), "off".to_string())
+        ]
+    );
+}
+
+#[sqlx::test]
+async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
+    create_flow(&pool, "api", 100, "invoice", "enforce").await;
+    let pool = pin_clock(&pool, 20).await;
+    let app = crate::helpers::TestApp::spawn(pool.clone()).await;
+    let answer = app
+        .post_json("/v1/report", json!({"flow": "invoice", "degraded": 7}))
+        .await;
+    assert_eq!(answer["counted"], 7, "{answer}");
+    let counted = eventually(Duration::from_secs(5), 7, || current_count(&pool, "api")).await;
+    assert_eq!(counted, 7);
+    let status = |body: serde_json::Value| {
+        let request = app.client.post(format!("{}/v1/report", app.base));
+        async move { request.json(&body).send().await.unwrap().status() }
+    };
+    for refused in [
+        json!({"flow": "invoice", "degraded": 0}),
+        json!({"flow": "invoice", "degraded": -3}),
+        json!({"flow": "invoice", "degraded": 1_000_001}),
+    ] {
+        assert_eq!(status(refused.clone()).await, 422, "{refused}");
+    }
+    let unknown = json!({"flow": "nobody", "degraded": 3});
+    assert_eq!(status(unknown).await, 404);
+    assert_eq!(current_count(&pool, "api").await, 7);
+}
