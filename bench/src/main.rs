@@ -5,6 +5,7 @@
 //! and checks that speed cost no exactness. A measuring tool, not a test: it
 //! prints what it measured and asserts nothing.
 
+mod admit;
 mod claims;
 mod cpu;
 mod drive;
@@ -31,7 +32,7 @@ use crate::drive::{Arm, Load, Stop};
 use crate::pgbench::{text_literal, with_literals, Pgbench};
 use crate::report::Measured;
 use crate::server::Service;
-use crate::setup::{declare, declare_many, UNREACHABLE_CEILING};
+use crate::setup::{declare, declare_many, declare_route_class, UNREACHABLE_CEILING};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -68,6 +69,9 @@ struct Args {
     /// Cadence check: bucket size.
     #[arg(long, default_value_t = 10.0)]
     cadence_burst: f64,
+    /// Distinct callers of the spread admission arm; each request picks one at random.
+    #[arg(long, default_value_t = 10_000)]
+    callers: usize,
     /// Skip the pending-work arms (enqueue, claims) and their baseline.
     #[arg(long)]
     no_claims: bool,
@@ -107,6 +111,7 @@ impl Names {
 async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     anyhow::ensure!(args.quotas > 0, "--quotas must be at least 1");
+    anyhow::ensure!(args.callers > 0, "--callers must be at least 1");
     let load_at_start = load_average();
     let binary = server::binary(args.server.clone())?;
     server::migrate(&binary, &args.database_url).await?;
@@ -191,6 +196,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = format!("{quotas} budget-only quotas, enforce");
     let many_quotas = reserve::arm(&load, &name, Stop::Elapsed, random_quota);
     let many_quotas = cpu::metered(pid, db, many_quotas).await?;
+    let class = names.of("admit");
+    let hot = admit::arm(&load, "admit, one hot caller", &class, || 0);
+    let admit_hot = cpu::metered(pid, db, hot).await?;
+    let callers = args.callers;
+    let name = format!("admit, {callers} callers");
+    let spread = admit::arm(&load, &name, &class, move || fastrand::usize(0..callers));
+    let admit_spread = cpu::metered(pid, db, spread).await?;
     let (mut enqueue, mut claims, mut raw_claim) = (None, None, None);
     if !args.no_claims {
         let work = names.of("work");
@@ -219,6 +231,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cadence,
         in_flight,
         many_quotas,
+        admit_hot,
+        admit_spread,
         enqueue,
         claims,
         bare_hot,
@@ -298,6 +312,7 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
     declare(store, &names.of("pg-hot"), &far, None).await?;
     declare(store, &names.of("pg-claim"), &far, None).await?;
     declare_many(store, &names.of("pg-spread-"), args.quotas, &far, None).await?;
+    declare_route_class(store, &names.of("admit")).await?;
     Ok(())
 }
 

@@ -13,6 +13,8 @@ pub struct Measured {
     pub cadence: Arm,
     pub in_flight: Arm,
     pub many_quotas: Arm,
+    pub admit_hot: Arm,
+    pub admit_spread: Arm,
     pub enqueue: Option<Arm>,
     pub claims: Option<Arm>,
     pub bare_hot: Option<Arm>,
@@ -35,6 +37,8 @@ impl Measured {
             Some(&self.in_flight),
             self.bare_spread.as_ref(),
             Some(&self.many_quotas),
+            Some(&self.admit_hot),
+            Some(&self.admit_spread),
             self.enqueue.as_ref(),
             self.claims.as_ref(),
             self.raw_claim.as_ref(),
@@ -73,6 +77,16 @@ impl Measured {
                 10.0,
             ),
         ];
+        targets.push(Target::times(
+            "admit, one hot caller / bare upsert, hot row",
+            rate(&self.admit_hot, bare),
+            10.0,
+        ));
+        targets.push(Target::times(
+            &format!("{} / bare upsert, hot row", self.admit_spread.name),
+            rate(&self.admit_spread, bare),
+            10.0,
+        ));
         if let Some(claims) = &self.claims {
             targets.push(Target::times(
                 "claims / claim transaction",
@@ -250,6 +264,8 @@ mod tests {
             cadence: arm("cadence", 2_000.0, 65.0, true),
             in_flight: arm("in flight", 20_000.0, 9.0, true),
             many_quotas: arm("many", 32_000.0, 8.0, true),
+            admit_hot: arm("admit hot", 24_000.0, 5.0, true),
+            admit_spread: arm("admit, 10000 callers", 16_000.0, 7.0, true),
             enqueue: None,
             claims: Some(arm("claims", 300.0, 500.0, true)),
             bare_hot: Some(arm("bare hot", 2_000.0, 90.0, false)),
@@ -286,6 +302,16 @@ mod tests {
             ("budget enforce / GET /healthz", Some(75.0), "PASS"),
             ("cadence / bare upsert, hot row", Some(1.0), "MISS"),
             ("max_in_flight / bare upsert, hot row", Some(10.0), "PASS"),
+            (
+                "admit, one hot caller / bare upsert, hot row",
+                Some(12.0),
+                "PASS",
+            ),
+            (
+                "admit, 10000 callers / bare upsert, hot row",
+                Some(8.0),
+                "MISS",
+            ),
             ("claims / claim transaction", None, "n/a"),
             ("1000 quotas / bare upsert, 1000 rows", Some(2.0), "PASS"),
             (

@@ -2,6 +2,7 @@
 //! catalog code before the service starts (so it loads them at once). Every
 //! name starts with the run's tag: runs never share a row.
 
+use quota_arbiter::admission::RouteClassSettings;
 use quota_arbiter::catalog::{Fallback, FlowSettings, Mode, QuotaSettings, DEFAULT_PRIORITY};
 use quota_arbiter::store::Store;
 
@@ -58,5 +59,19 @@ pub async fn declare_many(
     for writer in writers {
         writer.await??;
     }
+    Ok(())
+}
+
+/// A route class no arm's callers can exhaust: buckets and capacity far
+/// beyond what a run asks, every tenant allowed all of it.
+pub async fn declare_route_class(store: &Store, name: &str) -> anyhow::Result<()> {
+    let never_refusing = RouteClassSettings {
+        burst: 1e9,
+        rate: 1e6,
+        capacity: UNREACHABLE_CEILING,
+        window_seconds: 3600,
+        tenant_share: 1.0,
+    };
+    store.put_route_class(ACTOR, name, &never_refusing).await?;
     Ok(())
 }
