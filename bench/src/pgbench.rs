@@ -75,13 +75,15 @@ impl Pgbench {
 }
 
 /// `sql` without its comment lines, each `$n` replaced by `literals[n - 1]`
-/// (casts written after the parameter stay).
+/// (casts written after the parameter stay), and sqlx's column overrides
+/// (`AS "id!"`, `AS "id?"`) written as the plain names they override, which
+/// pgbench's `\gset` can take as variables.
 pub fn with_literals(sql: &str, literals: &[&str]) -> String {
     let sql: Vec<&str> = sql
         .lines()
         .filter(|line| !line.trim_start().starts_with("--"))
         .collect();
-    let sql = sql.join("\n");
+    let sql = plain_column_names(&sql.join("\n"));
     let mut bound = String::with_capacity(sql.len());
     let mut chars = sql.chars().peekable();
     while let Some(c) = chars.next() {
@@ -98,6 +100,29 @@ pub fn with_literals(sql: &str, literals: &[&str]) -> String {
         }
     }
     bound
+}
+
+/// `AS "name!"` and `AS "name?"` as `AS name`.
+fn plain_column_names(sql: &str) -> String {
+    let mut plain = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(start) = rest.find("AS \"") {
+        let (before, quoted) = rest.split_at(start + 3);
+        plain.push_str(before);
+        let name_end = quoted[1..].find('"').map(|i| i + 1);
+        match name_end {
+            Some(end) if quoted[1..end].ends_with(['!', '?']) => {
+                plain.push_str(&quoted[1..end - 1]);
+                rest = &quoted[end + 1..];
+            }
+            _ => {
+                plain.push('"');
+                rest = &quoted[1..];
+            }
+        }
+    }
+    plain.push_str(rest);
+    plain
 }
 
 /// A SQL string literal: `O'Brien` becomes `'O''Brien'`.
@@ -134,6 +159,15 @@ mod tests {
         assert_eq!(
             with_literals(sql, &["'q'", "3"]),
             "SELECT 'q'::text, 3, $12, '$'\nLIMIT 3;"
+        );
+    }
+
+    #[test]
+    fn sqlx_column_overrides_become_plain_names() {
+        let sql = r#"SELECT id AS "id!", ref AS reference, x AS "x?", 'AS "k"' AS "lane""#;
+        assert_eq!(
+            with_literals(sql, &[]),
+            r#"SELECT id AS id, ref AS reference, x AS x, 'AS "k"' AS "lane""#
         );
     }
 
