@@ -6,7 +6,9 @@
 -- skipped, and nothing is changed here.
 -- Pending items: each flow walks its own index of pending items in order and
 -- stops at $4 (so neither other flows' backlog, nor items claimed before, nor
--- a sort stand in the way). Lapsed leases: read by when they ran out, few.
+-- a sort stand in the way). Lapsed leases: read by when they ran out, few,
+-- then sorted (the order written as an expression, so that no queue index
+-- tempts the planner into walking every claimed item in order instead).
 -- The best $4 of both. (coalesce() rather than "deadline IS NULL OR …",
 -- which would turn the ordered walk into a sort.)
 WITH pending AS (
@@ -31,7 +33,7 @@ WITH pending AS (
       AND flow = ANY($1::text[])
       AND ($2::text[] IS NULL OR flow = ANY($2::text[]))
       AND coalesce(deadline > arbiter_now() + make_interval(secs => $3::float8), true)
-    ORDER BY deadline ASC NULLS LAST, priority, id
+    ORDER BY coalesce(deadline, 'infinity'), priority, id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )

@@ -13,7 +13,9 @@
 -- retry delay (`not_before`: due items too, the worker asked for the delay),
 -- or claimed with a lease that ran out; rows another claim holds are skipped.
 -- Pending items are walked on their own indexes, in order; lapsed leases are
--- read by when they ran out (few); each lane keeps the best $3 of both. The
+-- read by when they ran out (few) and sorted (the order written as an
+-- expression, so no queue index tempts the planner into walking every claimed
+-- item in order instead); each lane keeps the best $3 of both. The
 -- unthrottled lane walks flow by flow: the worker's flows, or (NULL) every
 -- flow with pending work, found by skipping through the flow index one flow
 -- at a time, never by reading the backlog of throttled flows.
@@ -53,7 +55,7 @@ WITH RECURSIVE pending_flows AS (
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
       AND (deadline <= arbiter_now() + make_interval(secs => $2::float8)
            OR flow <> ALL($4::text[]))
-    ORDER BY deadline ASC NULLS LAST, priority, id
+    ORDER BY coalesce(deadline, 'infinity'), priority, id
     LIMIT 2 * $3
     FOR UPDATE SKIP LOCKED
 ), due AS (
