@@ -19,7 +19,8 @@ use crate::admission::{self, Admission, Caller, RouteClass, Verdict};
 
 pub(super) struct Waiter {
     /// The caller's bucket key and tenant group.
-    caller: ([u8; 32], String),
+    key: Vec<u8>,
+    tenant: String,
     reply: oneshot::Sender<Result<(Admission, RouteClass), StoreError>>,
 }
 
@@ -32,10 +33,8 @@ impl Arbiter {
     pub async fn admit(&self, class: &RouteClass, caller: &Caller) -> Result<Verdict, StoreError> {
         let (reply, answer) = oneshot::channel();
         let waiter = Waiter {
-            caller: (
-                caller.bucket_key(&class.name),
-                caller.tenant_group().to_string(),
-            ),
+            key: caller.bucket_key(&class.name).to_vec(),
+            tenant: caller.tenant_group().to_string(),
             reply,
         };
         if self
@@ -57,17 +56,29 @@ impl Arbiter {
     #[tracing::instrument(skip(self), fields(route_class = %name))]
     async fn lead_admissions(self, name: String) {
         while let Some((class, group)) = self.admissions.next_group(&name) {
-            let callers: Vec<([u8; 32], String)> = group.iter().map(|w| w.caller.clone()).collect();
-            let admitted = self.store.admit(&callers, &class.name, &class.settings);
+            let n = group.len();
+            let (mut keys, mut tenants, mut replies) = (
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+            );
+            for waiter in group {
+                keys.push(waiter.key);
+                tenants.push(waiter.tenant);
+                replies.push(waiter.reply);
+            }
+            let admitted = self
+                .store
+                .admit(&keys, &tenants, &class.name, &class.settings);
             match self.shell.run(Operation::Admit, admitted).await {
                 Ok(admissions) => {
-                    for (waiter, admission) in group.into_iter().zip(admissions) {
-                        let _ = waiter.reply.send(Ok((admission, class.clone())));
+                    for (reply, admission) in replies.into_iter().zip(admissions) {
+                        let _ = reply.send(Ok((admission, class.clone())));
                     }
                 }
                 Err(error) => {
-                    for waiter in group {
-                        let _ = waiter.reply.send(Err(error.clone()));
+                    for reply in replies {
+                        let _ = reply.send(Err(error.clone()));
                     }
                 }
             }

@@ -106,21 +106,21 @@ impl Store {
         Ok(inserted.rows_affected() == 1)
     }
 
-    /// Admissions of `route_class` with `settings` for a group of callers,
-    /// each a bucket key and its tenant group, decided in order, each all or
-    /// nothing, in one statement: one [`Admission`] per caller, in order.
+    /// Admissions of `route_class` with `settings` for a group of callers:
+    /// caller i is bucket `keys[i]` of tenant group `tenants[i]`, decided in
+    /// order, each all or nothing, in one statement: one [`Admission`] per
+    /// caller, in order.
     pub async fn admit(
         &self,
-        callers: &[([u8; 32], String)],
+        keys: &[Vec<u8>],
+        tenants: &[String],
         route_class: &str,
         settings: &RouteClassSettings,
     ) -> Result<Vec<Admission>, sqlx::Error> {
-        let keys: Vec<Vec<u8>> = callers.iter().map(|(key, _)| key.to_vec()).collect();
-        let tenants: Vec<String> = callers.iter().map(|(_, tenant)| tenant.clone()).collect();
         let rows = sqlx::query_file!(
             "sql/admit.sql",
-            &keys,
-            &tenants,
+            keys,
+            tenants,
             route_class,
             settings.burst,
             settings.rate,
@@ -130,8 +130,8 @@ impl Store {
         )
         .fetch_all(self.pool())
         .await?;
-        if rows.len() != callers.len() {
-            let said = format!("admit_callers answered {} of {}", rows.len(), callers.len());
+        if rows.len() != keys.len() {
+            let said = format!("admit_callers answered {} of {}", rows.len(), keys.len());
             return Err(sqlx::Error::Protocol(said));
         }
         rows.into_iter()
