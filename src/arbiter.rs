@@ -102,13 +102,31 @@ impl Arbiter {
     }
 
     /// Slots spent without a reservation (count mode; a worker client's
-    /// `degraded` decisions, reported once the arbiter answers again, design.md
-    /// §12), added to the window the database clock is in now: the one the
+    /// local decisions, [`Arbiter::count_local_decisions`]), added to the window the database clock is in now: the one the
     /// answer names, not the one the flush lands in; unknown (no recent
     /// reading): the flush's. Returns that window.
     pub fn spend_after_the_fact(&self, quota: &str, slots: i64) -> Option<DateTime<Utc>> {
         let window_start = self.clock.window_start();
         self.ledger.spend_after_the_fact(quota, window_start, slots);
+        window_start
+    }
+
+    /// A worker client's local decisions, reported once the arbiter answers
+    /// again (design.md §12): their slots spent after the fact, and those
+    /// that were due work let through at once tallied as `bypassed` for the
+    /// flow. Returns the window they count in.
+    pub fn count_local_decisions(
+        &self,
+        quota: &str,
+        flow: Option<&str>,
+        slots: i64,
+        bypasses: i64,
+    ) -> Option<DateTime<Utc>> {
+        let window_start = self.spend_after_the_fact(quota, slots);
+        if let (Some(flow), 1..) = (flow, bypasses) {
+            self.ledger
+                .tally_reported_bypasses(window_start, quota, flow, bypasses);
+        }
         window_start
     }
 

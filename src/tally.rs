@@ -139,12 +139,38 @@ impl Ledger {
             would_defer_with_deadline: i64::from(had_deadline),
             ..OutcomeCounts::default()
         };
+        self.add_to_quota(Some(window_start), quota, flow, counts);
+    }
+
+    fn add_to_quota(
+        &self,
+        window_start: Option<DateTime<Utc>>,
+        quota: &str,
+        flow: &str,
+        counts: OutcomeCounts,
+    ) {
         let key = TallyKey {
-            window_start: Some(window_start),
+            window_start,
             quota: Some(quota.to_string()),
             flow: flow.to_string(),
         };
         self.lock().tallies.entry(key).or_default().add(counts);
+    }
+
+    /// Deadline bypasses a worker client decided by itself while the arbiter
+    /// was unreachable (design.md §12), tallied once it reports them.
+    pub fn tally_reported_bypasses(
+        &self,
+        window_start: Option<DateTime<Utc>>,
+        quota: &str,
+        flow: &str,
+        bypasses: i64,
+    ) {
+        let counts = OutcomeCounts {
+            bypassed: bypasses,
+            ..OutcomeCounts::default()
+        };
+        self.add_to_quota(window_start, quota, flow, counts);
     }
 
     /// Records slots spent without a reservation, to be added to their window.

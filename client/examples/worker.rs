@@ -109,7 +109,9 @@ async fn run(arbiter: &Client, job: &Job) -> Result<(), quota_arbiter_client::Er
     })?;
     // `degraded`: the arbiter was unreachable and the flow opted in to the
     // local fallback; the client decided at its share and will report the
-    // slot once the arbiter is back. Emit all the same.
+    // slot once the arbiter is back. Emit all the same. A job due within the
+    // arbiter's bypass horizon is let through at once (`bypassed: true`),
+    // never made to wait for a token.
     let outcome = decision.outcome();
     debug_assert!(decision.may_emit(), "acquire returns no deferral");
     let started = Instant::now();

@@ -10,7 +10,7 @@ use chrono::Utc;
 
 use crate::decision::{Decision, DeferralWaits, Reserve};
 use crate::error::Error;
-use crate::fallback::{LocalBucket, OutageWatch, Route, Unreported};
+use crate::fallback::{is_due, LocalBucket, OutageWatch, Route, Unreported};
 use crate::gate::{self, lock};
 use crate::report::{Report, ReportAnswer};
 use crate::retry::RetryPolicy;
@@ -53,6 +53,7 @@ struct Local {
 struct LocalShare {
     quota: String,
     bucket: Arc<LocalBucket>,
+    bypass_horizon: Option<Duration>,
 }
 
 impl Client {
@@ -122,19 +123,27 @@ impl Client {
         }
     }
 
-    /// A degraded decision: tokens of the flow's share, waited for; its slots
-    /// kept until the arbiter counts them. Cancel-safe: a call dropped while
+    /// A degraded decision: tokens of the flow's share, waited for, or taken
+    /// at once for work due within the arbiter's bypass horizon (it would
+    /// have bypassed it: urgent work is never held back); its slots kept
+    /// until the arbiter counts them. Cancel-safe: a call dropped while
     /// waiting took nothing.
     async fn decide_locally(&self, request: &Reserve, local: LocalShare) -> Decision {
         let count = request.slots();
-        local.bucket.take(count).await;
+        let bypassed = is_due(request.deadline_at(), local.bypass_horizon, Utc::now());
+        if bypassed {
+            local.bucket.take_at_once(count);
+        } else {
+            local.bucket.take(count).await;
+        }
         self.local
             .unreported
-            .add(request.flow(), count, &self.transport);
+            .add(request.flow(), count, bypassed, &self.transport);
         Decision::Degraded {
             flow: request.flow().to_string(),
             quota: local.quota,
             count,
+            bypassed,
         }
     }
 
@@ -153,6 +162,7 @@ impl Client {
         LocalShare {
             quota: share.quota,
             bucket,
+            bypass_horizon: share.bypass_horizon,
         }
     }
 

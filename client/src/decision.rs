@@ -156,6 +156,10 @@ pub enum Decision {
         flow: String,
         quota: String,
         count: u32,
+        /// The work was due within the arbiter's bypass horizon: it took its
+        /// tokens at once instead of waiting for them, as the arbiter would
+        /// have bypassed it. Reported as such, tallied `bypassed`.
+        bypassed: bool,
     },
 }
 

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::time::{sleep, Instant};
 
@@ -97,6 +98,16 @@ impl LocalBucket {
         }
     }
 
+    /// Takes `count` tokens now, without waiting: due work, which outranks
+    /// the share (design.md §12). A bucket short of them goes into debt, so
+    /// the work that can wait pays for it afterwards and the client stays
+    /// within its share over time.
+    pub fn take_at_once(&self, count: u32) {
+        let mut state = lock(&self.state);
+        state.refill(Instant::now());
+        state.tokens -= f64::from(count.max(1));
+    }
+
     /// An upstream status reported during the fallback adapts the bucket;
     /// the limits in force after it.
     pub fn report(&self, status: u16) -> Adapted {
@@ -118,6 +129,20 @@ impl LocalBucket {
     pub fn in_force(&self) -> Adapted {
         lock(&self.state).in_force(Instant::now())
     }
+}
+
+/// Whether work due at `deadline` is within the arbiter's bypass horizon
+/// at `now`: the arbiter's own rule (work due within the horizon, or past
+/// due, outranks the quota), applied by the client's clock.
+pub fn is_due(
+    deadline: Option<DateTime<Utc>>,
+    horizon: Option<Duration>,
+    now: DateTime<Utc>,
+) -> bool {
+    let (Some(deadline), Some(horizon)) = (deadline, horizon) else {
+        return false;
+    };
+    chrono::Duration::from_std(horizon).is_ok_and(|horizon| deadline - now <= horizon)
 }
 
 /// Since when, and until when, the arbiter is taken for unreachable: until
@@ -191,8 +216,16 @@ impl OutageWatch {
 /// outlives the client if it must (never lost while the process lives).
 #[derive(Default)]
 pub struct Unreported {
-    slots: Mutex<HashMap<String, u64>>,
+    by_flow: Mutex<HashMap<String, Spent>>,
     reporting: AtomicBool,
+}
+
+/// What a flow's local decisions spent: slots, and how many of the
+/// decisions were due work let through at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Spent {
+    slots: u64,
+    bypasses: u64,
 }
 
 /// `POST /v1/report` with the degraded slots of a flow.
@@ -200,15 +233,29 @@ pub struct Unreported {
 struct DegradedReport<'a> {
     flow: &'a str,
     degraded: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bypassed: Option<u32>,
 }
 
 /// Most slots one report carries: the arbiter's limit.
 const MAX_PER_REPORT: u64 = 1_000_000;
 
 impl Unreported {
-    /// Keeps `count` slots of `flow` and makes sure a reporter runs.
-    pub fn add(self: &Arc<Self>, flow: &str, count: u32, transport: &Arc<Transport>) {
-        *lock(&self.slots).entry(flow.to_string()).or_default() += u64::from(count);
+    /// Keeps a local decision of `count` slots of `flow` (`bypassed`: due
+    /// work let through at once) and makes sure a reporter runs.
+    pub fn add(
+        self: &Arc<Self>,
+        flow: &str,
+        count: u32,
+        bypassed: bool,
+        transport: &Arc<Transport>,
+    ) {
+        {
+            let mut by_flow = lock(&self.by_flow);
+            let spent = by_flow.entry(flow.to_string()).or_default();
+            spent.slots += u64::from(count);
+            spent.bypasses += u64::from(bypassed);
+        }
         if !self.reporting.swap(true, Ordering::AcqRel) {
             tokio::spawn(report_degraded(self.clone(), transport.clone()));
         }
@@ -216,25 +263,32 @@ impl Unreported {
 
     /// Slots of `flow` still to acknowledge.
     pub fn of(&self, flow: &str) -> u64 {
-        lock(&self.slots).get(flow).copied().unwrap_or(0)
+        lock(&self.by_flow).get(flow).map_or(0, |spent| spent.slots)
     }
 
     pub fn total(&self) -> u64 {
-        lock(&self.slots).values().sum()
+        lock(&self.by_flow).values().map(|spent| spent.slots).sum()
     }
 
-    fn next(&self) -> Option<(String, u32)> {
-        let slots = lock(&self.slots);
-        let (flow, n) = slots.iter().find(|(_, n)| **n > 0)?;
-        Some((flow.clone(), u32::try_from((*n).min(MAX_PER_REPORT)).ok()?))
+    /// The next report: a flow's slots and bypasses, at most the arbiter's
+    /// limit of each.
+    fn next(&self) -> Option<(String, Spent)> {
+        let by_flow = lock(&self.by_flow);
+        let (flow, spent) = by_flow.iter().find(|(_, spent)| spent.slots > 0)?;
+        let part = Spent {
+            slots: spent.slots.min(MAX_PER_REPORT),
+            bypasses: spent.bypasses.min(MAX_PER_REPORT),
+        };
+        Some((flow.clone(), part))
     }
 
-    fn acknowledged(&self, flow: &str, n: u32) {
-        let mut slots = lock(&self.slots);
-        if let Some(left) = slots.get_mut(flow) {
-            *left = left.saturating_sub(u64::from(n));
-            if *left == 0 {
-                slots.remove(flow);
+    fn acknowledged(&self, flow: &str, part: Spent) {
+        let mut by_flow = lock(&self.by_flow);
+        if let Some(left) = by_flow.get_mut(flow) {
+            left.slots = left.slots.saturating_sub(part.slots);
+            left.bypasses = left.bypasses.saturating_sub(part.bypasses);
+            if left.slots == 0 {
+                by_flow.remove(flow);
             }
         }
     }
@@ -245,7 +299,7 @@ impl Unreported {
 async fn report_degraded(unreported: Arc<Unreported>, transport: Arc<Transport>) {
     let mut failures = 0;
     loop {
-        let Some((flow, n)) = unreported.next() else {
+        let Some((flow, part)) = unreported.next() else {
             unreported.reporting.store(false, Ordering::Release);
             // Slots added between the look and the flag: take them on.
             if unreported.next().is_some() && !unreported.reporting.swap(true, Ordering::AcqRel) {
@@ -255,15 +309,18 @@ async fn report_degraded(unreported: Arc<Unreported>, transport: Arc<Transport>)
         };
         let report = DegradedReport {
             flow: &flow,
-            degraded: n,
+            // Both at most MAX_PER_REPORT, a u32.
+            degraded: part.slots as u32,
+            bypassed: (part.bypasses > 0).then_some(part.bypasses as u32),
         };
+        let n = report.degraded;
         match transport
             .post_attempts::<_, serde_json::Value>("v1/report", &report, 1)
             .await
         {
             Ok(_) => {
                 tracing::info!(%flow, slots = n, "degraded slots counted by the arbiter");
-                unreported.acknowledged(&flow, n);
+                unreported.acknowledged(&flow, part);
                 failures = 0;
             }
             // The arbiter read and refused them (the flow was deleted
@@ -271,7 +328,7 @@ async fn report_degraded(unreported: Arc<Unreported>, transport: Arc<Transport>)
             Err(Error::Refused { status, detail, .. }) if (400..500).contains(&status) => {
                 tracing::error!(%flow, slots = n, status, %detail,
                     "degraded slots refused by the arbiter; not counted");
-                unreported.acknowledged(&flow, n);
+                unreported.acknowledged(&flow, part);
             }
             Err(error) => {
                 failures += 1;
@@ -325,6 +382,31 @@ mod tests {
         );
         sleep(Duration::from_secs(3600)).await;
         assert_eq!(bucket.in_force().limits, SHARE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn due_work_goes_at_once_and_the_rest_pays_for_it() {
+        let bucket = LocalBucket::new(SHARE);
+        times(&bucket, 2).await;
+        // Empty: three due decisions go now, leaving the bucket 3 in debt...
+        for _ in 0..3 {
+            bucket.take_at_once(1);
+        }
+        // ...which the next wait repays at 10/s: 400 ms for the next token.
+        assert_eq!(times(&bucket, 2).await, [400, 500]);
+    }
+
+    #[test]
+    fn due_is_the_arbiters_rule_within_the_horizon_or_past() {
+        let now = Utc::now();
+        let horizon = Some(Duration::from_secs(900));
+        let at = |seconds: i64| Some(now + chrono::Duration::seconds(seconds));
+        assert!(is_due(at(900), horizon, now));
+        assert!(is_due(at(-60), horizon, now));
+        assert!(!is_due(at(901), horizon, now));
+        assert!(!is_due(None, horizon, now));
+        // An arbiter that did not tell its horizon: nothing is due.
+        assert!(!is_due(at(0), None, now));
     }
 
     #[tokio::test(start_paused = true)]

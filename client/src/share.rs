@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -12,6 +13,10 @@ use crate::adapt::{Limits, BURST_FLOOR, RATE_FLOOR};
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct ShareEvent {
     pub quotas: Vec<QuotaShare>,
+    /// The arbiter's bypass horizon; absent from an older arbiter (then
+    /// nothing is let through at once: due work waits like the rest).
+    #[serde(default)]
+    pub bypass_horizon_seconds: Option<f64>,
 }
 
 /// One quota of a `share` event.
@@ -48,6 +53,9 @@ pub struct Share {
     /// Whether the flow asked (`"fallback": "local"`) to be decided locally
     /// while the arbiter is unreachable.
     pub fallback: bool,
+    /// Work due within this is let through at once by the local fallback,
+    /// as the arbiter would bypass it; `None` when the arbiter did not say.
+    pub bypass_horizon: Option<Duration>,
 }
 
 impl QuotaShare {
@@ -80,6 +88,9 @@ impl Shares {
     /// longer names keeps its last share (a stream that reconnected with
     /// fewer flows, or a quota the arbiter could not read this time).
     pub fn update(&self, event: &ShareEvent) {
+        let bypass_horizon = event
+            .bypass_horizon_seconds
+            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
         let mut by_flow = crate::gate::lock(&self.by_flow);
         for quota in &event.quotas {
             let Some(limits) = quota.client_limits() else {
@@ -91,6 +102,7 @@ impl Shares {
                     limits,
                     clients: u32::try_from(quota.clients.max(1)).unwrap_or(u32::MAX),
                     fallback: flow.fallback == "local",
+                    bypass_horizon,
                 };
                 by_flow.insert(flow.flow.clone(), share);
             }
@@ -137,9 +149,25 @@ mod tests {
         let invoice = shares.of("invoice").unwrap();
         assert_eq!(invoice.limits, limits(10.0, 2.0));
         assert_eq!((invoice.clients, invoice.fallback), (3, true));
+        // An older arbiter says no horizon: due work is not let through.
+        assert_eq!(invoice.bypass_horizon, None);
         assert!(!shares.of("sync").unwrap().fallback);
         assert_eq!(shares.of("nobody"), None);
         assert_eq!(shares.of_quota("api").unwrap().limits.rate, 10.0);
+    }
+
+    #[test]
+    fn the_bypass_horizon_comes_with_every_share() {
+        let shares = Shares::default();
+        shares.update(&event(
+            r#"{"quotas": [{"quota": "api", "rate": 3.0, "burst": 1.0, "hourly_ceiling": 100,
+            "clients": 1, "flows": [{"flow": "invoice", "fallback": "local"}]}],
+            "bypass_horizon_seconds": 900.5}"#,
+        ));
+        assert_eq!(
+            shares.of("invoice").unwrap().bypass_horizon,
+            Some(Duration::from_millis(900_500))
+        );
     }
 
     #[test]

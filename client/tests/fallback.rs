@@ -17,10 +17,11 @@ const S: fn(u64) -> Duration = Duration::from_secs;
 
 /// Quota `ppf` at 30/s (burst 3) among 3 clients: this one's share is 10/s,
 /// burst 1. `invoice` opted in, `sync` did not.
+/// The arbiter's bypass horizon: 15 minutes.
 fn share_event() -> Value {
     json!({"quotas": [{"quota": "ppf", "rate": 30.0, "burst": 3.0, "hourly_ceiling": 1000000,
         "clients": 3, "flows": [{"flow": "invoice", "fallback": "local"},
-        {"flow": "sync", "fallback": "off"}]}]})
+        {"flow": "sync", "fallback": "off"}]}], "bypass_horizon_seconds": 900.0})
 }
 
 fn unavailable() -> Reply {
@@ -77,6 +78,19 @@ async fn degraded_for(client: &Client, span: Duration) -> Vec<Duration> {
         }
         at.push(start.elapsed());
     }
+}
+
+/// The arbiter answers reports again: the reports the client sent until it
+/// had none left.
+async fn reports_once_back(arbiter: &FakeArbiter, client: &Client) -> Vec<Value> {
+    let back = arbiter.seen().len();
+    arbiter.script([Reply::json(200, json!({"released": null, "counted": 1}))]);
+    assert_eq!(client.settle_degraded(S(30)).await, 0, "slots unreported");
+    arbiter.seen()[back..]
+        .iter()
+        .filter(|seen| seen.path == "/v1/report")
+        .map(|seen| seen.body.clone())
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -168,14 +182,7 @@ async fn degraded_slots_reach_the_arbiter_once_it_answers_again() {
     assert_eq!(client.unreported("invoice"), decided);
 
     // Back: reports are answered, reservations granted.
-    let back = arbiter.seen().len();
-    arbiter.script([Reply::json(200, json!({"released": null, "counted": 1}))]);
-    assert_eq!(client.settle_degraded(S(30)).await, 0, "slots unreported");
-    let reported: Vec<Value> = arbiter.seen()[back..]
-        .iter()
-        .filter(|seen| seen.path == "/v1/report")
-        .map(|seen| seen.body.clone())
-        .collect();
+    let reported = reports_once_back(&arbiter, &client).await;
     // All of them, once.
     assert_eq!(
         reported,
@@ -190,6 +197,58 @@ async fn degraded_slots_reach_the_arbiter_once_it_answers_again() {
     assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
     let decision = client.reserve(Reserve::new("invoice")).await.unwrap();
     assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn due_work_is_let_through_at_once_and_reported_as_bypassed() {
+    let (arbiter, client) = client_of_a_fallen_arbiter().await;
+    // The bucket emptied by work that can wait.
+    degraded_for(&client, S(1)).await;
+
+    // Due in 10 minutes, within the horizon: no wait, however empty the bucket.
+    let due = Reserve::new("invoice")
+        .count(2)
+        .deadline(chrono::Utc::now() + chrono::Duration::minutes(10));
+    let start = Instant::now();
+    for _ in 0..5 {
+        let decision = client.reserve(&due).await.unwrap();
+        assert!(
+            matches!(
+                decision,
+                Decision::Degraded {
+                    count: 2,
+                    bypassed: true,
+                    ..
+                }
+            ),
+            "{decision:?}"
+        );
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO, "due work waited");
+
+    // Due in an hour: it waits like the rest, behind the debt the due work
+    // left (10 tokens at 10/s).
+    let later = Reserve::new("invoice").deadline(chrono::Utc::now() + chrono::Duration::hours(1));
+    let decision = client.reserve(&later).await.unwrap();
+    assert!(
+        matches!(
+            decision,
+            Decision::Degraded {
+                bypassed: false,
+                ..
+            }
+        ),
+        "{decision:?}"
+    );
+    assert!(start.elapsed() >= S(1), "waited {:?}", start.elapsed());
+
+    // Back: the report says which decisions were bypasses.
+    let unreported = client.unreported("invoice");
+    let reported = reports_once_back(&arbiter, &client).await;
+    assert_eq!(
+        reported,
+        [json!({"flow": "invoice", "degraded": unreported, "bypassed": 5})]
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -76,6 +76,11 @@ fn refine_bodies(openapi: &mut OpenApi) {
                     json!({"type": "object", "required": ["degraded"], "properties": {"degraded": {"type": "integer"}}}),
                 ]),
                 input::schema::any_of([
+                    json!({"type": "object", "properties": {"bypassed": absent}}),
+                    json!({"type": "object", "required": ["flow", "degraded", "bypassed"],
+                        "properties": {"flow": {"type": "string"}, "degraded": {"type": "integer"}, "bypassed": {"type": "integer"}}}),
+                ]),
+                input::schema::any_of([
                     json!({"type": "object", "properties": {"status": {"type": ["integer", "null"], "minimum": 100}}}),
                     json!({"type": "object", "properties": {"status": {"type": "integer", "enum": [0]}}}),
                 ]),

@@ -57,6 +57,12 @@ pub struct FeedbackBody {
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     #[schema(minimum = 1, maximum = 1000000)]
     pub degraded: Option<u32>,
+    /// How many of those local decisions were work due within the bypass
+    /// horizon, let through at once instead of waiting for the client's
+    /// share: tallied as `bypassed` for the reporting flow.
+    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub bypassed: Option<u32>,
 }
 
 impl FeedbackBody {
@@ -75,6 +81,14 @@ impl FeedbackBody {
             .is_some_and(|n| !(1..=MAX_DEGRADED).contains(&n))
         {
             return Err(format!("`degraded` must be between 1 and {MAX_DEGRADED}"));
+        }
+        if let Some(bypassed) = self.bypassed {
+            if self.flow.is_none() || self.degraded.is_none() {
+                return Err("`bypassed` goes with the `flow` and its `degraded` slots".into());
+            }
+            if !(1..=MAX_DEGRADED).contains(&bypassed) {
+                return Err(format!("`bypassed` must be between 1 and {MAX_DEGRADED}"));
+            }
         }
         if self
             .status
@@ -150,7 +164,12 @@ pub async fn report_upstream(
         answer.avg_lease_seconds = released.map(|r| r.avg_seconds);
     }
     if let Some(slots) = body.degraded {
-        answer.counted_in = state.arbiter.spend_after_the_fact(&quota, i64::from(slots));
+        answer.counted_in = state.arbiter.count_local_decisions(
+            &quota,
+            body.flow.as_deref(),
+            i64::from(slots),
+            i64::from(body.bypassed.unwrap_or(0)),
+        );
         answer.counted = Some(slots);
     }
     if let Some(multiplier) = body.status.and_then(multiplier) {

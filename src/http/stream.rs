@@ -31,6 +31,11 @@ pub(super) const MAX_FLOWS: usize = 64;
 pub struct ShareEvent {
     /// The quotas the stream's flows spend (unknown flows spend none).
     pub quotas: Vec<QuotaShare>,
+    /// The arbiter's bypass horizon: while it is unreachable, a client's local
+    /// fallback lets work due within it through at once, as the arbiter would
+    /// (design.md §12).
+    #[schema(minimum = 0)]
+    pub bypass_horizon_seconds: f64,
 }
 
 /// One frame as the SSE wire carries it: the event's name, and its data, a
@@ -46,7 +51,7 @@ impl utoipa::PartialSchema for ShareFrame {
             .schema_type(SchemaType::Type(Type::String))
             .content_media_type("application/json")
             .description(Some(
-                r#"A ShareEvent: {"quotas": [{"quota", "rate", "burst", "hourly_ceiling", "clients", "flows": [{"flow", "fallback"}]}]}"#,
+                r#"A ShareEvent: {"quotas": [{"quota", "rate", "burst", "hourly_ceiling", "clients", "flows": [{"flow", "fallback"}]}], "bypass_horizon_seconds"}"#,
             ));
         ObjectBuilder::new()
             .schema_type(SchemaType::Type(Type::Object))
@@ -81,7 +86,14 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     let flows = flows_of(query.as_deref().unwrap_or("")).map_err(ApiError::Invalid)?;
     let (events, received) = mpsc::channel(4);
-    tokio::spawn(broadcast(state.store, state.store_timeout, flows, events));
+    let horizon = state.bypass.horizon().num_milliseconds() as f64 / 1e3;
+    tokio::spawn(broadcast(
+        state.store,
+        state.store_timeout,
+        flows,
+        horizon,
+        events,
+    ));
     let events = ReceiverStream::<Result<Event, Infallible>>::new(received);
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
@@ -110,6 +122,7 @@ async fn broadcast(
     store: Store,
     store_timeout: Duration,
     flows: Vec<String>,
+    bypass_horizon_seconds: f64,
     events: mpsc::Sender<Result<Event, Infallible>>,
 ) {
     let mut id = None;
@@ -140,7 +153,10 @@ async fn broadcast(
         if sent.as_ref() == Some(&shares) {
             continue;
         }
-        let event = ShareEvent { quotas: shares };
+        let event = ShareEvent {
+            quotas: shares,
+            bypass_horizon_seconds,
+        };
         let Ok(frame) = Event::default().event("share").json_data(&event) else {
             break;
         };

@@ -144,6 +144,26 @@ async fn clients_of_a_stopped_arbiter_keep_their_share_and_the_window_counts_it(
         assert!(within >= 80, "only {within} decisions in 10 s");
         degraded += decided;
     }
+    // Work due within the arbiter's bypass horizon (its share event told
+    // it) is let through at once, the buckets empty as they are.
+    let due = Reserve::new("invoice").deadline(Utc::now() + chrono::Duration::minutes(5));
+    for client in &clients {
+        let asked = Instant::now();
+        for _ in 0..5 {
+            let decision = client.acquire(&due).await.unwrap();
+            assert!(
+                matches!(decision, Decision::Degraded { bypassed: true, .. }),
+                "{decision:?}"
+            );
+        }
+        // Waiting for five tokens at 10/s would take 400 ms at least.
+        let waited = asked.elapsed();
+        assert!(
+            waited < Duration::from_millis(250),
+            "due work waited {waited:?}"
+        );
+        degraded += 5;
+    }
 
     // Back, on the same address: the clients hand their slots over.
     let _back = Replica::spawn_with(&url, &[("QUOTA_LISTEN", &address)]).await;
@@ -163,6 +183,16 @@ async fn clients_of_a_stopped_arbiter_keep_their_share_and_the_window_counts_it(
         3 + degraded as i64,
         "3 grants + {degraded} degraded"
     );
+    let bypasses = eventually(Duration::from_secs(5), Some(15), || async {
+        sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT sum(bypassed)::bigint FROM bypasses_by_hour WHERE flow = 'invoice'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    assert_eq!(bypasses, Some(15), "the due decisions tallied as bypasses");
 }
 
 #[sqlx::test]
@@ -227,6 +257,27 @@ async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
     assert_eq!(answer["counted"], 7, "{answer}");
     let counted = eventually(Duration::from_secs(5), 7, || current_count(&pool, "api")).await;
     assert_eq!(counted, 7);
+    // Due work the fallback let through at once: tallied as bypasses.
+    let answer = app
+        .post_json(
+            "/v1/report",
+            json!({"flow": "invoice", "degraded": 3, "bypassed": 2}),
+        )
+        .await;
+    assert_eq!(answer["counted"], 3, "{answer}");
+    let bypasses = || async {
+        sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT sum(bypassed)::bigint FROM bypasses_by_hour WHERE flow = 'invoice'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(
+        eventually(Duration::from_secs(5), Some(2), bypasses).await,
+        Some(2)
+    );
+    assert_eq!(current_count(&pool, "api").await, 10);
     let status = |body: serde_json::Value| {
         let request = app.client.post(format!("{}/v1/report", app.base));
         async move { request.json(&body).send().await.unwrap().status() }
@@ -235,10 +286,13 @@ async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
         json!({"flow": "invoice", "degraded": 0}),
         json!({"flow": "invoice", "degraded": -3}),
         json!({"flow": "invoice", "degraded": 1_000_001}),
+        json!({"flow": "invoice", "bypassed": 1}),
+        json!({"quota": "api", "degraded": 2, "bypassed": 1}),
+        json!({"flow": "invoice", "degraded": 2, "bypassed": 0}),
     ] {
         assert_eq!(status(refused.clone()).await, 422, "{refused}");
     }
     let unknown = json!({"flow": "nobody", "degraded": 3});
     assert_eq!(status(unknown).await, 404);
-    assert_eq!(current_count(&pool, "api").await, 7);
+    assert_eq!(current_count(&pool, "api").await, 10);
 }
