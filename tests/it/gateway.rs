@@ -71,15 +71,21 @@ impl Gateway {
     }
 
     /// Runs nginx on this directory's configuration (`-s stop` and the like).
-    async fn control(&self, args: &[&str]) -> bool {
-        let config = self.dir.join("nginx.conf");
-        let output = tokio::process::Command::new(&self.nginx)
+    /// nginx on this gateway's prefix and configuration, with `args`.
+    fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut command = std::process::Command::new(&self.nginx);
+        command
             .arg("-p")
             .arg(&self.dir)
             .arg("-c")
-            .arg(&config)
+            .arg(self.dir.join("nginx.conf"))
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        command
+    }
+
+    async fn control(&self, args: &[&str]) -> bool {
+        let output = tokio::process::Command::from(self.command(args))
             .output()
             .await
             .expect("nginx runs");
@@ -92,14 +98,7 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let config = self.dir.join("nginx.conf");
-        let _ = std::process::Command::new(&self.nginx)
-            .arg("-p")
-            .arg(&self.dir)
-            .arg("-c")
-            .arg(&config)
-            .args(["-s", "stop"])
-            .output();
+        let _ = self.command(&["-s", "stop"]).output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
