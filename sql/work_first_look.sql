@@ -90,11 +90,18 @@ WITH RECURSIVE pending_flows AS (
     SELECT f.name AS flow
     FROM unnest($5::text[]) AS f (name)
     WHERE EXISTS (
-        SELECT 1 FROM work_item w
-        WHERE w.flow = f.name
-          AND w.state = 'pending'
-          AND coalesce(w.not_before <= arbiter_now(), true)
-          AND coalesce(w.deadline > arbiter_now() + make_interval(secs => $2::float8), true)
+        -- The flow's pending walk, stopped at the first claimable item (as a
+        -- walk in order with a limit: a bare EXISTS may be planned as a
+        -- bitmap of every pending item of the flow).
+        SELECT 1 FROM (
+            SELECT 1 FROM work_item w
+            WHERE w.flow = f.name
+              AND w.state = 'pending'
+              AND coalesce(w.not_before <= arbiter_now(), true)
+              AND coalesce(w.deadline > arbiter_now() + make_interval(secs => $2::float8), true)
+            ORDER BY w.deadline ASC NULLS LAST, w.priority, w.id
+            LIMIT 1
+        ) AS first_claimable
     ) OR EXISTS (
         SELECT 1 FROM work_item w
         WHERE w.state = 'claimed' AND w.lease_until < arbiter_now()

@@ -4,6 +4,7 @@
 mod admit;
 mod batch;
 mod claim;
+mod claim_takes;
 mod coalesce;
 mod gather;
 mod observe;
@@ -43,6 +44,7 @@ pub struct Arbiter {
     unkeyed: Arc<AtomicU64>,
     coalescer: Coalescer,
     admissions: admit::Admissions,
+    claim_takes: claim_takes::ClaimTakes,
 }
 
 impl Arbiter {
@@ -69,6 +71,7 @@ impl Arbiter {
             metrics,
             unkeyed: Arc::default(),
             admissions: Default::default(),
+            claim_takes: Default::default(),
         }
     }
 
@@ -200,11 +203,12 @@ impl Arbiter {
 
     /// A take of `quota`'s slots (a batch's, a claim's), detached: if its
     /// caller stops waiting, what it took goes back once it answers.
-    async fn take(
+    async fn take<E: Into<StoreError> + Send + 'static>(
         &self,
         shell: &Shell,
+        operation: Operation,
         quota: &str,
-        call: impl std::future::Future<Output = Result<Take, sqlx::Error>> + Send + 'static,
+        call: impl std::future::Future<Output = Result<Take, E>> + Send + 'static,
     ) -> Result<Take, StoreError> {
         let (store, quota) = (self.store.clone(), quota.to_string());
         let settle = move |unused: Result<Take, StoreError>| async move {
@@ -213,7 +217,7 @@ impl Arbiter {
                 store.give_back_unused(&quota, window, take.taken).await;
             }
         };
-        shell.run_detached(Operation::TakeSlots, call, settle).await
+        shell.run_detached(operation, call, settle).await
     }
 
     fn settle(&self, decision: Decision, had_deadline: bool, known_flow: bool) -> Decision {

@@ -238,7 +238,9 @@ impl Arbiter {
         }
         let (store, name) = (self.store.clone(), quota.name.clone());
         let take = async move { store.take_slots(&name, wanted, ceiling).await };
-        let take = self.take(&self.shell, &quota.name, take).await?;
+        let take = self
+            .take(&self.shell, Operation::TakeSlots, &quota.name, take)
+            .await?;
         let sharing = rationing::share_out(&asks, taken(&take));
         let decisions = items
             .iter()

@@ -287,9 +287,9 @@ impl Arbiter {
                 // The guard: a ceiling below 1 grants nothing.
                 continue;
             }
-            let (store, lane, want) = (self.store.clone(), quota.clone(), request.max);
-            let take = async move { store.take_for_claim(&lane, want, ceiling).await };
-            let take = self.take(&shell, name, take).await?;
+            let take = self
+                .take_for_claim(&shell, quota, request.max, ceiling)
+                .await?;
             if take.taken == 0 {
                 lifts_first = earliest(lifts_first, take.stopped_by);
                 continue;

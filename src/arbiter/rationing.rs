@@ -177,6 +177,23 @@ pub fn would_refuse(asks: &[Ask], count_before: i64, tokens: Option<i64>) -> Vec
         .collect()
 }
 
+/// Claims that shared one take (design.md §9): each wants up to `wants[i]`
+/// slots and takes what it can, not all or nothing (a claim leases as many
+/// items as it got slots). First come, first served: a claim gets less than
+/// it wants only once everything before it was served in full. Returns each
+/// claim's share, in the order given; together they are at most `taken`.
+pub fn share_up_to(wants: &[i64], taken: i64) -> Vec<i64> {
+    let mut left = taken.max(0);
+    wants
+        .iter()
+        .map(|&want| {
+            let share = want.clamp(0, left);
+            left -= share;
+            share
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -373,7 +390,36 @@ mod tests {
             })
     }
 
+    #[test]
+    fn claims_take_up_to_their_want_first_come_first_served() {
+        assert_eq!(share_up_to(&[3, 1, 2], 6), [3, 1, 2]);
+        assert_eq!(share_up_to(&[3, 1, 2], 5), [3, 1, 1]);
+        assert_eq!(share_up_to(&[3, 1, 2], 3), [3, 0, 0]);
+        assert_eq!(share_up_to(&[3, 1, 2], 2), [2, 0, 0]);
+        assert_eq!(share_up_to(&[3, 1], 0), [0, 0]);
+        assert_eq!(share_up_to(&[], 4), Vec::<i64>::new());
+    }
+
     proptest! {
+        #[test]
+        fn claims_share_exactly_what_was_taken(
+            wants in proptest::collection::vec(1i64..100, 0..20),
+            extra in -50i64..50,
+        ) {
+            let asked: i64 = wants.iter().sum();
+            let taken = (asked + extra).max(0);
+            let shares = share_up_to(&wants, taken);
+            // Never more than taken, never more than wanted, nothing kept
+            // back from a claim while slots remain.
+            prop_assert_eq!(shares.iter().sum::<i64>(), taken.min(asked));
+            for (i, (&share, &want)) in shares.iter().zip(&wants).enumerate() {
+                prop_assert!((0..=want).contains(&share));
+                if share < want {
+                    prop_assert!(shares[i + 1..].iter().all(|&later| later == 0));
+                }
+            }
+        }
+
         #[test]
         fn never_more_than_taken((asks, take) in arb_case()) {
             let sharing = share_out(&asks, take);

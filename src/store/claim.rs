@@ -97,16 +97,20 @@ impl Store {
         throttled: &[String],
         enforced: &[String],
     ) -> Result<Vec<String>, sqlx::Error> {
-        let mut db = self.pool().acquire().await?;
+        // A transaction only for its generic plans: this look locks nothing.
+        let mut tx = self.pool().begin().await?;
+        generic_plans(&mut tx).await?;
         let look = first_look(
-            &mut db,
+            &mut tx,
             worker_flows,
             horizon_seconds,
             0,
             throttled,
             enforced,
-        );
-        Ok(look.await?.busy)
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(look.busy)
     }
 
     /// One transaction: locks the due items and those of never-throttled
@@ -115,6 +119,7 @@ impl Store {
     /// `max` in rationing order, with a place each where the quota has them.
     pub async fn lease_claim(&self, scope: &ClaimScope<'_>) -> Result<ClaimLeases, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
+        generic_plans(&mut tx).await?;
         let lane = |flows| Lane {
             flows,
             worker_flows: scope.worker_flows,
@@ -229,4 +234,12 @@ async fn lease_chosen(
         .into_iter()
         .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
         .collect())
+}
+
+/// The claim's statements in `tx` run on generic plans (see the statement).
+async fn generic_plans(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query_file!("sql/claim_generic_plans.sql")
+        .execute(tx)
+        .await?;
+    Ok(())
 }

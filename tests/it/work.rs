@@ -172,6 +172,63 @@ async fn concurrent_claimers_ration_by_deadline_without_double_claims(pool: PgPo
     assert_eq!(claimed, 400);
 }
 
+/// Takes (deciding statements) a replica ran so far, by its latency histogram.
+async fn deciding_statements(app: &TestApp) -> f64 {
+    let text = crate::helpers::metrics_text(&app.client, &app.base).await;
+    text.lines()
+        .find_map(|line| line.strip_prefix("quota_arbiter_reserve_duration_seconds_count "))
+        .expect("the deciding statements' histogram")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn concurrent_claims_on_one_quota_share_a_take_and_stay_exact(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "q", 50, "f", "enforce").await;
+    sqlx::query(
+        "INSERT INTO work_item (flow, deadline, priority, payload)
+         SELECT 'f', arbiter_now() + make_interval(hours => 2 + i), 1, '{}'
+         FROM generate_series(1, 200) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let before = deciding_statements(&app).await;
+    // 64 claims at once, up to 2 items each: 128 wanted, 50 slots.
+    let claims: Vec<_> = (0..64)
+        .map(|w| {
+            let app = app.clone();
+            tokio::spawn(
+                async move { claim(&app, json!({"worker": format!("w-{w}"), "max": 2})).await },
+            )
+        })
+        .collect();
+    let mut leased = Vec::new();
+    for claim in claims {
+        let claim = claim.await.unwrap();
+        match claim.outcome {
+            ClaimOutcome::Claimed => leased.extend(claim.items.into_iter().map(|c| c.item.id)),
+            outcome => assert_eq!(outcome, ClaimOutcome::Deferred),
+        }
+    }
+    let distinct: HashSet<i64> = leased.iter().copied().collect();
+    assert_eq!(distinct.len(), leased.len(), "no item leased twice");
+    assert_eq!(leased.len(), 50, "exactly the ceiling leased");
+    assert_eq!(
+        current_count(&pool, "q").await,
+        50,
+        "every slot used, none given twice"
+    );
+    let statements = deciding_statements(&app).await - before;
+    assert!(
+        statements < 64.0,
+        "{statements} takes for 64 concurrent claims: none shared a take"
+    );
+}
+
 #[sqlx::test]
 async fn a_dead_workers_item_returns_after_its_lease_and_its_slot_stays_spent(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;

@@ -1,0 +1,107 @@
+//! Claims on one quota share one take (design.md §9). Every claim of an
+//! enforced quota contends for its window row, so claims' takes are gathered
+//! (`gather.rs`): while one take for a quota runs, the takes of claims that
+//! arrive queue, and the next statement takes for all of them; each claim
+//! then gets up to what it wanted, first come first served
+//! (`rationing::share_up_to`).
+//!
+//! The group's statement runs through the shell (time limit, latency, one
+//! store error; a late answer goes back whole). Each claim waits for its
+//! share through the shell too, within its own budget and detached: a claim
+//! that stops waiting has its share given back once it arrives, and so does
+//! a share the leader could not hand to anyone: an over-count in between,
+//! never an under-count.
+
+use tokio::sync::oneshot;
+
+use super::gather::Gather;
+use super::rationing::share_up_to;
+use super::shell::{Operation, Shell, StoreError};
+use super::Arbiter;
+use crate::catalog::QuotaRule;
+use crate::store::Take;
+
+pub(super) struct TakeWaiter {
+    want: i64,
+    reply: oneshot::Sender<Result<Take, StoreError>>,
+}
+
+/// Queues by quota and the ceiling its takes may reach (claims of workers
+/// with different flows may have different headroom ceilings); a group is
+/// taken by the quota's rule as its latest arrival saw it.
+pub(super) type ClaimTakes = Gather<(String, i64), QuotaRule, TakeWaiter>;
+
+impl Arbiter {
+    /// Up to `want` slots of `quota`, never past `ceiling`, for one claim,
+    /// taken together with the concurrent claims of the quota.
+    pub(super) async fn take_for_claim(
+        &self,
+        shell: &Shell,
+        quota: &QuotaRule,
+        want: i64,
+        ceiling: i64,
+    ) -> Result<Take, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let (leader, key, rule) = (self.clone(), (quota.name.clone(), ceiling), quota.clone());
+        let share = async move {
+            if leader
+                .claim_takes
+                .join(key.clone(), rule, TakeWaiter { want, reply })
+            {
+                // A task of its own: a claim that gives up must not stop the
+                // group it was leading.
+                tokio::spawn(leader.lead_claim_takes(key));
+            }
+            answer
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Failed("claim take stopped".into())))
+        };
+        // The claim's own wait: its budget, and its share given back if it
+        // stops waiting (not a statement: the leader's is measured).
+        self.take(shell, Operation::ClaimWork, &quota.name, share)
+            .await
+    }
+
+    /// Takes for the quota's queue, group after group, until nobody waits.
+    #[tracing::instrument(skip(self), fields(quota = %key.0))]
+    async fn lead_claim_takes(self, key: (String, i64)) {
+        let (name, ceiling) = &key;
+        while let Some((rule, group)) = self.claim_takes.next_group(&key) {
+            let wants: Vec<i64> = group.iter().map(|waiter| waiter.want).collect();
+            let wanted = wants.iter().sum();
+            let (store, ceiling) = (self.store.clone(), *ceiling);
+            let taken = async move { store.take_for_claim(&rule, wanted, ceiling).await };
+            // One statement, one latency and at most one store error for the
+            // group; an answer that comes after the time limit goes back.
+            let take = match self
+                .take(&self.shell, Operation::TakeSlots, name, taken)
+                .await
+            {
+                Ok(take) => take,
+                Err(error) => {
+                    for waiter in group {
+                        let _ = waiter.reply.send(Err(error.clone()));
+                    }
+                    continue;
+                }
+            };
+            for (waiter, share) in group.into_iter().zip(share_up_to(&wants, take.taken)) {
+                let claim_take = Take {
+                    taken: share,
+                    stopped_by: if share < waiter.want {
+                        take.stopped_by
+                    } else {
+                        None
+                    },
+                    ..take
+                };
+                if let Err(Ok(unheard)) = waiter.reply.send(Ok(claim_take)) {
+                    let window = unheard.clock.window_start;
+                    self.store
+                        .give_back_unused(name, window, unheard.taken)
+                        .await;
+                }
+            }
+        }
+    }
+}
