@@ -136,7 +136,7 @@ pub struct SlotsLeft {
 }
 
 /// Windows are one UTC hour (`window_start_of` in the schema).
-pub const WINDOW_SECONDS: u64 = 3600;
+pub const QUOTA_WINDOW_SECONDS: u64 = 3600;
 
 impl Decision {
     pub fn new(outcome: Outcome, flow: &str) -> Self {

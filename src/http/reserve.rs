@@ -13,7 +13,7 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
-use crate::decision::{Decision, SlotRequest, WINDOW_SECONDS};
+use crate::decision::{Decision, SlotRequest, QUOTA_WINDOW_SECONDS};
 use crate::ratelimit_fields;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -85,7 +85,7 @@ fn quota_fields(headers: &mut HeaderMap, decision: &Decision) {
         return;
     };
     let ceiling = u64::try_from(limit.ceiling).unwrap_or(0);
-    let policy = ratelimit_fields::policy_field(quota, ceiling, WINDOW_SECONDS);
+    let policy = ratelimit_fields::policy_field(quota, ceiling, QUOTA_WINDOW_SECONDS);
     ratelimit_fields::insert(headers, ratelimit_fields::POLICY, policy);
     if let Some(left) = limit.left {
         let field = ratelimit_fields::limit_field(quota, left.slots, Some(left.reset));
