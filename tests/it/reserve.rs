@@ -667,3 +667,36 @@ async fn bypassed_counted_and_unknown_answers_carry_no_ratelimit_field(pool: PgP
     assert_eq!(unknown.decision.outcome, Outcome::Unthrottled);
     assert_eq!((unknown.policy, unknown.ratelimit), (None, None));
 }
+
+#[sqlx::test]
+async fn concurrent_grants_each_say_what_the_window_held_right_after_them(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    // Budget-only quotas are decided across quotas; one with in-flight places
+    // by its own group statement.
+    create_flow(&pool, "plain", 6, "invoice", "enforce").await;
+    create_flow(&pool, "placed", 6, "sync", "enforce").await;
+    set_limits(&pool, "placed", "max_in_flight = 100").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    for (quota, flow) in [("plain", "invoice"), ("placed", "sync")] {
+        let callers: Vec<_> = (0..10)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move { reserve_fielded(&app, json!({"flow": flow})).await })
+            })
+            .collect();
+        let mut left = Vec::new();
+        for caller in callers {
+            let answer = caller.await.unwrap();
+            assert!(answer.ratelimit.is_some(), "{quota}: {:?}", answer.decision);
+            let (r, t) = answer.r_and_t(quota);
+            match answer.decision.outcome {
+                Outcome::Granted => left.push(r),
+                Outcome::Deferred => assert_eq!((r, Some(t)), (0, answer.retry_after)),
+                other => panic!("{other:?}"),
+            }
+        }
+        left.sort_unstable();
+        // Each grant counted once, in the order the group was decided.
+        assert_eq!(left, [0, 1, 2, 3, 4, 5], "{quota}");
+    }
+}
