@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use crate::catalog::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
+use crate::ratelimit_fields::{self, whole_seconds};
 
 /// Window lengths a route class may count capacity in: the divisors of an
 /// hour, so windows stay aligned on the UTC hour.
@@ -385,32 +386,18 @@ pub fn caller_limit(class: &RouteClassSettings, tokens: f64) -> CallerLimit {
     }
 }
 
-/// Seconds rounded up, at least 1; `None` when not a finite, bounded number.
-fn whole_seconds(seconds: f64) -> Option<u64> {
-    // A day is far beyond any bucket a client would wait for by itself.
-    const MAX: f64 = 86_400.0 * 366.0;
-    (seconds.is_finite() && seconds <= MAX).then(|| seconds.ceil().max(1.0) as u64)
-}
-
 /// The `RateLimit-Policy` field: the caller's bucket as a quota policy named
 /// after the route class: `q` requests (the burst) per `w` seconds (the time
 /// the rate takes to refill a whole burst).
 pub fn policy_field(class: &RouteClass) -> String {
     let settings = &class.settings;
     let window = whole_seconds(settings.burst / settings.rate).unwrap_or(u64::MAX);
-    format!(
-        "\"{}\";q={};w={window}",
-        class.name,
-        settings.burst.floor() as u64
-    )
+    ratelimit_fields::policy_field(&class.name, settings.burst.floor() as u64, window)
 }
 
 /// The `RateLimit` field: what the caller may still send and when that grows.
 pub fn limit_field(class: &RouteClass, limit: CallerLimit) -> String {
-    match limit.reset {
-        Some(reset) => format!("\"{}\";r={};t={reset}", class.name, limit.remaining),
-        None => format!("\"{}\";r={}", class.name, limit.remaining),
-    }
+    ratelimit_fields::limit_field(&class.name, limit.remaining, limit.reset)
 }
 
 #[cfg(test)]

@@ -87,7 +87,8 @@ impl Arbiter {
                 false,
             ));
         };
-        let mut decision = Decision::new(Outcome::Granted, &request.flow);
+        let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+        let mut decision = Decision::new(Outcome::Granted, &request.flow).with_ceiling(ceiling);
         decision.quota = Some(rule.quota.name.clone());
         decision.mode = Some(rule.flow.mode);
         let decision = match rule.flow.mode {
@@ -151,8 +152,8 @@ impl Arbiter {
         let reservation = self.reserve_enforced(rule, request).await?;
         let clock = reservation.clock;
         let mut decision = match (reservation.count_after, reservation.refusal) {
-            (Some(_), _) => {
-                let mut decision = decision;
+            (Some(count_after), _) => {
+                let mut decision = decision.counted(count_after, &clock);
                 decision.lease_id = reservation.lease.map(|l| l.id);
                 decision.valid_until = reservation.lease.map(|l| l.valid_until);
                 decision

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::catalog::Mode;
+use crate::clock::ClockReading;
+use crate::ratelimit_fields::whole_seconds;
 
 /// Largest `count` one reservation may ask for: one business operation that
 /// makes several calls, not a bulk import.
@@ -106,7 +108,35 @@ pub struct Decision {
     /// report it (`POST /v1/report`) when the emission is over.
     pub lease_id: Option<i64>,
     pub valid_until: Option<DateTime<Utc>>,
+    /// The flow's quota as the answer's RateLimit fields describe it
+    /// (design.md §4); not part of the body.
+    #[serde(skip)]
+    pub quota_limit: Option<QuotaLimit>,
 }
+
+/// A reservation's quota in the terms of the RateLimit fields: the policy's
+/// `q` per hourly window, and what this decision left of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaLimit {
+    /// The count the flow's priority may reach in a window.
+    pub ceiling: i64,
+    /// `None` when no count of the store backs this decision: then nothing
+    /// is said about what is left rather than a guess.
+    pub left: Option<SlotsLeft>,
+}
+
+/// `r` and `t` of the `RateLimit` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotsLeft {
+    /// Slots the flow may still reserve (0 on a deferral).
+    pub slots: u64,
+    /// Seconds until that changes: the window's end; on a deferral, its
+    /// `Retry-After`.
+    pub reset: u64,
+}
+
+/// Windows are one UTC hour (`window_start_of` in the schema).
+pub const QUOTA_WINDOW_SECONDS: u64 = 3600;
 
 impl Decision {
     pub fn new(outcome: Outcome, flow: &str) -> Self {
@@ -122,15 +152,48 @@ impl Decision {
             limit: None,
             lease_id: None,
             valid_until: None,
+            quota_limit: None,
         }
+    }
+
+    /// Names the ceiling the flow's priority may reach: the answer's policy.
+    pub fn with_ceiling(mut self, ceiling: i64) -> Self {
+        self.quota_limit = Some(QuotaLimit {
+            ceiling,
+            left: None,
+        });
+        self
+    }
+
+    /// What is left once the window's count is `count_after` (this decision
+    /// included), as the store's `clock` read it; nothing when the ceiling
+    /// was never named.
+    pub fn counted(mut self, count_after: i64, clock: &ClockReading) -> Self {
+        if let Some(limit) = &mut self.quota_limit {
+            let to_end = (clock.window_end - clock.db_now).num_milliseconds() as f64 / 1e3;
+            limit.left = whole_seconds(to_end).map(|reset| SlotsLeft {
+                slots: u64::try_from(limit.ceiling - count_after).unwrap_or(0),
+                reset,
+            });
+        }
+        self
     }
 
     /// A deferral until `retry_at`, given the database's `now`.
     pub fn deferred_until(mut self, retry_at: DateTime<Utc>, db_now: DateTime<Utc>) -> Self {
         let millis = (retry_at - db_now).num_milliseconds().max(0);
+        let seconds = (millis + 999) / 1000;
         self.outcome = Outcome::Deferred;
         self.retry_at = Some(retry_at);
-        self.retry_after_seconds = Some((millis + 999) / 1000);
+        self.retry_after_seconds = Some(seconds);
+        // Whatever deferred it, nothing is left until Retry-After: the
+        // RateLimit field says the same (design.md §4).
+        if let Some(limit) = &mut self.quota_limit {
+            limit.left = Some(SlotsLeft {
+                slots: 0,
+                reset: seconds as u64,
+            });
+        }
         self
     }
 }

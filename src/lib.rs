@@ -15,6 +15,7 @@ pub mod input;
 pub mod metrics;
 pub mod mirror;
 pub mod operator;
+pub mod ratelimit_fields;
 pub mod report;
 pub mod shell_worker;
 pub mod startup;

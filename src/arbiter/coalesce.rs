@@ -214,12 +214,12 @@ impl Coalescer {
             self.give_back(&ask.quota, window, sharing.unused_slots)
                 .await;
             let mut abandoned = 0;
-            for (&i, refusal) in members.iter().zip(sharing.refusals) {
+            for (&i, count_after) in members.iter().zip(sharing.counts_after) {
                 let Some(waiter) = replies[i].take() else {
                     continue;
                 };
-                let answered = waiter.reply.send(Ok(reservation(take, refusal)));
-                if refusal.is_none() && answered.is_err() {
+                let answered = waiter.reply.send(Ok(reservation(take, count_after)));
+                if count_after.is_some() && answered.is_err() {
                     abandoned += waiter.ask.slots; // the caller stopped waiting: nobody emits
                 }
             }
@@ -286,7 +286,7 @@ impl Coalescer {
                 }
                 None => Ok(Reservation {
                     clock: take.clock,
-                    count_after: take.count_after,
+                    count_after: sharing.counts_after[i],
                     refusal: None,
                     lease,
                 }),
@@ -322,13 +322,16 @@ impl Coalescer {
         };
         let take = self.store.take_paced_group(quota, &wanted).await?;
         let limits = rationing::would_refuse(&asks, take.count_before, take.tokens());
+        // Spent in arrival order: each count includes the asks before it.
+        let mut count = take.count_after.map(|_| take.count_before);
         for (waiter, limit) in group.drain(..).zip(limits) {
             // An observed decision shows only the limit, never when it lifts:
             // each refusal says when its own tokens would be there alone.
             let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, 0));
+            count = count.map(|count| count + waiter.ask.slots);
             let _ = waiter.reply.send(Ok(Reservation {
                 clock: take.clock,
-                count_after: take.count_after,
+                count_after: count,
                 refusal,
                 lease: None,
             }));
@@ -451,11 +454,13 @@ fn budget_refusal(clock: &crate::clock::ClockReading) -> Refusal {
     }
 }
 
-fn reservation(take: &Take, refusal: Option<Limit>) -> Reservation {
+/// A waiter's answer from its quota's take: granted with the window's count
+/// once it is counted, or (`None`) refused by the budget.
+fn reservation(take: &Take, count_after: Option<i64>) -> Reservation {
     Reservation {
         clock: take.clock,
-        count_after: refusal.is_none().then_some(take.taken),
-        refusal: refusal.map(|_| budget_refusal(&take.clock)),
+        count_after,
+        refusal: count_after.is_none().then(|| budget_refusal(&take.clock)),
         lease: None,
     }
 }

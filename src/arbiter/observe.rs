@@ -39,6 +39,9 @@ impl Arbiter {
         };
         match self.spend_observed(rule, request.count, late).await {
             Some(reservation) => {
+                if let Some(count_after) = reservation.count_after {
+                    decision = decision.counted(count_after, &reservation.clock);
+                }
                 decision.window_start = Some(reservation.clock.window_start);
                 decision.would_defer = reservation.refusal.is_some();
                 decision.limit = reservation.refusal.map(|r| r.limit);

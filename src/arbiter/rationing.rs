@@ -73,6 +73,9 @@ pub struct Taken {
 pub struct Sharing {
     /// `None`: granted; `Some(limit)`: refused by that limit.
     pub refusals: Vec<Option<Limit>>,
+    /// Per granted ask: the window's count once it is counted, the grants
+    /// ranked before it included (`None`: refused).
+    pub counts_after: Vec<Option<i64>>,
     /// Granted asks that hold a place, in the order the asks were given:
     /// the k-th of them gets the k-th place taken.
     pub place_holders: Vec<usize>,
@@ -91,6 +94,7 @@ pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
     let (mut slots_left, mut places_left) = (taken.slots, taken.places);
     let mut count = taken.count_before;
     let mut refusals = vec![None; asks.len()];
+    let mut counts_after = vec![None; asks.len()];
     let mut granted_places = Vec::new();
     for i in order {
         let ask = &asks[i];
@@ -109,6 +113,7 @@ pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
             None => {
                 slots_left -= ask.slots;
                 count += ask.slots;
+                counts_after[i] = Some(count);
                 if ask.needs_place {
                     places_left -= 1;
                     granted_places.push(i);
@@ -119,6 +124,7 @@ pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
     granted_places.sort_unstable();
     Sharing {
         refusals,
+        counts_after,
         place_holders: granted_places,
         unused_slots: slots_left,
         unused_places: places_left,
@@ -242,6 +248,8 @@ mod tests {
         let sharing = share_out(&asks, taken(6, 4));
         assert_eq!(sharing.refusals, [None, None, Some(Limit::Budget), None]);
         assert_eq!(sharing.unused_slots, 0);
+        // Each grant's count includes the grants ranked before it.
+        assert_eq!(sharing.counts_after, [Some(9), Some(7), None, Some(10)]);
     }
 
     #[test]
@@ -439,9 +447,11 @@ mod tests {
             order.sort_by_key(|&i| asks[i].rank);
             let mut count = take.count_before;
             for i in order {
+                prop_assert_eq!(sharing.counts_after[i].is_none(), sharing.refusals[i].is_some());
                 if sharing.refusals[i].is_none() {
                     count += asks[i].slots;
                     prop_assert!(count <= asks[i].ceiling);
+                    prop_assert_eq!(sharing.counts_after[i], Some(count), "ask {}", i);
                 }
             }
         }

@@ -7,7 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, FromRequestParts, State};
-use axum::http::{request::Parts, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{request::Parts, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -20,12 +20,11 @@ use super::AppState;
 use crate::admission::{self, Caller, Outcome, RouteClass, Verdict};
 use crate::arbiter::StoreError;
 use crate::metrics::UNKNOWN_ROUTE_CLASS;
+use crate::ratelimit_fields;
 
 pub const PRINCIPAL_HEADER: &str = "x-quota-principal";
 pub const TENANT_HEADER: &str = "x-quota-tenant";
 pub const ROUTE_CLASS_HEADER: &str = "x-quota-route-class";
-pub const RATELIMIT_POLICY: &str = "ratelimit-policy";
-pub const RATELIMIT: &str = "ratelimit";
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(admit_by_headers, admit_by_body))
@@ -239,11 +238,15 @@ fn answer(answered: Answered, admitted: Response) -> Response {
     };
     let headers = response.headers_mut();
     if let Some(class) = &class {
-        insert(headers, RATELIMIT_POLICY, admission::policy_field(class));
+        ratelimit_fields::insert(
+            headers,
+            ratelimit_fields::POLICY,
+            admission::policy_field(class),
+        );
         if let Some(verdict) = &verdict {
-            insert(
+            ratelimit_fields::insert(
                 headers,
-                RATELIMIT,
+                ratelimit_fields::LIMIT,
                 admission::limit_field(class, verdict.limit),
             );
         }
@@ -259,11 +262,4 @@ fn answer(answered: Answered, admitted: Response) -> Response {
         }
     }
     response
-}
-
-fn insert(headers: &mut HeaderMap, name: &'static str, value: String) {
-    // Route class names are of the names' alphabet: always a valid value.
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        headers.insert(HeaderName::from_static(name), value);
-    }
 }

@@ -1,4 +1,5 @@
-//! `POST /v1/reserve`: ask before each emission.
+//! `POST /v1/reserve`: ask before each emission. The answer carries the
+//! flow's quota in the RateLimit fields (design.md §4).
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -12,7 +13,8 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
-use crate::decision::{Decision, SlotRequest};
+use crate::decision::{Decision, SlotRequest, QUOTA_WINDOW_SECONDS};
+use crate::ratelimit_fields;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -43,7 +45,11 @@ pub fn router() -> OpenApiRouter<AppState> {
     request_body = ReserveBody,
     responses(
         (status = 200, description = "A decision: granted, deferred, bypassed or unthrottled", body = Decision,
-         headers(("Retry-After" = u64, description = "On deferral: seconds until retry_at, rounded up"))),
+         headers(
+            ("Retry-After" = u64, description = "On deferral: seconds until retry_at, rounded up"),
+            ("RateLimit-Policy" = String, description = "When the flow's quota is known: \"<quota>\";q=<the ceiling of the flow's priority>;w=3600 (the hourly window)"),
+            ("RateLimit" = String, description = "When the store counted this decision (enforce and observe modes): \"<quota>\";r=<slots left in the window>;t=<seconds until the window ends>; on a deferral r=0 and t is Retry-After"),
+         )),
         (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Enforced flow and the store did not answer", body = Problem,
@@ -67,5 +73,22 @@ pub async fn reserve(
     if let Some(seconds) = decision.retry_after_seconds {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
+    quota_fields(&mut headers, &decision);
     Ok((headers, Json(decision)))
+}
+
+/// The RateLimit fields of the flow's quota (design.md §4): the policy when
+/// the quota is known, what is left only when the store counted this
+/// decision; never a guess.
+fn quota_fields(headers: &mut HeaderMap, decision: &Decision) {
+    let (Some(quota), Some(limit)) = (&decision.quota, decision.quota_limit) else {
+        return;
+    };
+    let ceiling = u64::try_from(limit.ceiling).unwrap_or(0);
+    let policy = ratelimit_fields::policy_field(quota, ceiling, QUOTA_WINDOW_SECONDS);
+    ratelimit_fields::insert(headers, ratelimit_fields::POLICY, policy);
+    if let Some(left) = limit.left {
+        let field = ratelimit_fields::limit_field(quota, left.slots, Some(left.reset));
+        ratelimit_fields::insert(headers, ratelimit_fields::LIMIT, field);
+    }
 }

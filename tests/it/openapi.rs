@@ -117,3 +117,17 @@ fn every_failure_is_documented_as_a_problem() {
         }
     }
 }
+
+/// `/v1/reserve` declares its RateLimit fields (headers only: the decision's
+/// schema is unchanged, design.md §4).
+#[test]
+fn reserve_declares_its_ratelimit_fields_and_no_new_body_field() {
+    let spec = serde_json::to_value(quota_arbiter::http::openapi()).unwrap();
+    let headers = &spec["paths"]["/v1/reserve"]["post"]["responses"]["200"]["headers"];
+    for name in ["Retry-After", "RateLimit-Policy", "RateLimit"] {
+        assert!(headers.get(name).is_some(), "{name} declared: {headers}");
+    }
+    let decision = &spec["components"]["schemas"]["Decision"]["properties"];
+    assert!(decision.get("outcome").is_some(), "{decision}");
+    assert!(decision.get("quota_limit").is_none(), "{decision}");
+}

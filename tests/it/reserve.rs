@@ -9,7 +9,10 @@ use quota_arbiter::decision::Outcome;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, eventually, lock_window, pin_clock, TestApp};
+use crate::helpers::{
+    create_flow, current_count, eventually, lock_window, pin_clock, set_limits, sync_and_invoice,
+    TestApp,
+};
 
 #[sqlx::test]
 async fn enforced_flow_grants_up_to_the_ceiling_then_defers_until_the_next_window(pool: PgPool) {
@@ -507,4 +510,193 @@ async fn observations_spent_together_each_say_whether_they_went_past_the_ceiling
     assert_eq!(past["would_defer"], true, "{past}");
     assert_eq!(current_count(&pool, "ppf").await, 6);
     assert_eq!(current_count(&pool, "other").await, 1);
+}
+
+/// A `/v1/reserve` answer with its RateLimit fields and `Retry-After`.
+struct Fielded {
+    decision: quota_arbiter::decision::Decision,
+    policy: Option<String>,
+    ratelimit: Option<String>,
+    retry_after: Option<u64>,
+}
+
+impl Fielded {
+    /// `r` and `t` of the RateLimit field, after checking it names `quota`.
+    fn r_and_t(&self, quota: &str) -> (u64, u64) {
+        let field = self.ratelimit.as_deref().expect("a RateLimit field");
+        let rest = field
+            .strip_prefix(&format!("\"{quota}\";r="))
+            .unwrap_or_else(|| panic!("names {quota}: {field}"));
+        let (r, t) = rest.split_once(";t=").expect("r and t");
+        (r.parse().unwrap(), t.parse().unwrap())
+    }
+}
+
+async fn reserve_fielded(app: &TestApp, body: Value) -> Fielded {
+    let response = app.post_reserve(body).await;
+    assert_eq!(response.status(), 200);
+    let header = |name: &str| {
+        let mut values = response.headers().get_all(name).iter();
+        let value = values.next().map(|v| v.to_str().unwrap().to_string());
+        assert!(values.next().is_none(), "{name} given once at most");
+        value
+    };
+    let (policy, ratelimit) = (header("ratelimit-policy"), header("ratelimit"));
+    let retry_after = header("retry-after").map(|s| s.parse().unwrap());
+    Fielded {
+        decision: response.json().await.unwrap(),
+        policy,
+        ratelimit,
+        retry_after,
+    }
+}
+
+#[sqlx::test]
+async fn ratelimit_fields_count_an_enforced_quota_down_and_agree_with_retry_after(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let mut left = Vec::new();
+    for _ in 0..5 {
+        let answer = reserve_fielded(&app, json!({"flow": "invoice"})).await;
+        assert_eq!(answer.decision.outcome, Outcome::Granted);
+        assert_eq!(answer.policy.as_deref(), Some("\"ppf\";q=5;w=3600"));
+        assert_eq!(answer.retry_after, None);
+        let (r, t) = answer.r_and_t("ppf");
+        // ~10 minutes past the hour: ~50 minutes until the window ends.
+        assert!((2900..=3000).contains(&t), "t {t}");
+        left.push(r);
+    }
+    assert_eq!(left, [4, 3, 2, 1, 0], "exactly what the window has left");
+
+    let deferred = reserve_fielded(&app, json!({"flow": "invoice"})).await;
+    assert_eq!(deferred.decision.outcome, Outcome::Deferred);
+    assert_eq!(deferred.policy.as_deref(), Some("\"ppf\";q=5;w=3600"));
+    let (r, t) = deferred.r_and_t("ppf");
+    assert_eq!(r, 0);
+    assert_eq!(Some(t), deferred.retry_after, "t is Retry-After");
+    assert_eq!(deferred.decision.retry_after_seconds, Some(t as i64));
+    // The body is unchanged: the fields are headers only.
+    let body = app
+        .post_json("/v1/reserve", json!({"flow": "invoice"}))
+        .await;
+    assert!(body.get("quota_limit").is_none(), "{body}");
+}
+
+#[sqlx::test]
+async fn the_policy_names_the_quota_and_the_ceiling_of_the_flows_priority(pool: PgPool) {
+    sync_and_invoice(&pool, "crm", 10).await;
+    set_limits(&pool, "crm", "priority3_share = 50").await;
+    create_flow(&pool, "closed", 0, "nothing", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let sync = reserve_fielded(&app, json!({"flow": "sync", "count": 2})).await;
+    assert_eq!(sync.decision.outcome, Outcome::Granted);
+    assert_eq!(sync.policy.as_deref(), Some("\"crm\";q=5;w=3600"));
+    assert_eq!(sync.r_and_t("crm").0, 3, "5 for priority 3, 2 taken");
+    let invoice = reserve_fielded(&app, json!({"flow": "invoice"})).await;
+    assert_eq!(invoice.policy.as_deref(), Some("\"crm\";q=10;w=3600"));
+    assert_eq!(invoice.r_and_t("crm").0, 7, "10 for priority 1, 3 taken");
+    // A zero ceiling defers before any count: nothing left until the window ends.
+    let closed = reserve_fielded(&app, json!({"flow": "nothing"})).await;
+    assert_eq!(closed.decision.outcome, Outcome::Deferred);
+    assert_eq!(closed.policy.as_deref(), Some("\"closed\";q=0;w=3600"));
+    let (r, t) = closed.r_and_t("closed");
+    assert_eq!((r, Some(t)), (0, closed.retry_after));
+}
+
+#[sqlx::test]
+async fn a_cadence_deferral_says_nothing_is_left_until_retry_after(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "rate = 0.01, burst = 1, adaptive = false").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let granted = reserve_fielded(&app, json!({"flow": "invoice"})).await;
+    assert_eq!(granted.decision.outcome, Outcome::Granted);
+    assert_eq!(granted.r_and_t("api").0, 999, "the window's budget");
+    let deferred = reserve_fielded(&app, json!({"flow": "invoice"})).await;
+    assert_eq!(
+        (deferred.decision.outcome, deferred.decision.limit),
+        (
+            Outcome::Deferred,
+            Some(quota_arbiter::decision::Limit::Cadence)
+        )
+    );
+    let (r, t) = deferred.r_and_t("api");
+    assert_eq!((r, Some(t)), (0, deferred.retry_after));
+    assert!(t >= 90, "a token in ~100 s: {t}");
+}
+
+#[sqlx::test]
+async fn observed_answers_count_down_past_the_ceiling_to_zero(pool: PgPool) {
+    create_flow(&pool, "ppf", 2, "status-report", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let mut left = Vec::new();
+    for _ in 0..4 {
+        let answer = reserve_fielded(&app, json!({"flow": "status-report"})).await;
+        assert_eq!(answer.decision.outcome, Outcome::Granted);
+        assert_eq!(answer.policy.as_deref(), Some("\"ppf\";q=2;w=3600"));
+        left.push(answer.r_and_t("ppf").0);
+    }
+    assert_eq!(left, [1, 0, 0, 0]);
+}
+
+#[sqlx::test]
+async fn bypassed_counted_and_unknown_answers_carry_no_ratelimit_field(pool: PgPool) {
+    create_flow(&pool, "closed", 0, "invoice", "enforce").await;
+    create_flow(&pool, "ppf", 2, "ack", "count").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+
+    let soon = db_now + chrono::Duration::minutes(5);
+    let bypassed = reserve_fielded(&app, json!({"flow": "invoice", "deadline": soon})).await;
+    assert_eq!(bypassed.decision.outcome, Outcome::Bypassed);
+    assert_eq!(bypassed.policy.as_deref(), Some("\"closed\";q=0;w=3600"));
+    assert_eq!(bypassed.ratelimit, None, "the bypass never reads the count");
+
+    let counted = reserve_fielded(&app, json!({"flow": "ack"})).await;
+    assert_eq!(counted.decision.outcome, Outcome::Unthrottled);
+    assert_eq!(counted.policy.as_deref(), Some("\"ppf\";q=2;w=3600"));
+    assert_eq!(counted.ratelimit, None, "counted after the fact");
+
+    let unknown = reserve_fielded(&app, json!({"flow": "never-heard-of-it"})).await;
+    assert_eq!(unknown.decision.outcome, Outcome::Unthrottled);
+    assert_eq!((unknown.policy, unknown.ratelimit), (None, None));
+}
+
+#[sqlx::test]
+async fn concurrent_grants_each_say_what_the_window_held_right_after_them(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    // Budget-only quotas are decided across quotas; one with in-flight places
+    // by its own group statement.
+    create_flow(&pool, "plain", 6, "invoice", "enforce").await;
+    create_flow(&pool, "placed", 6, "sync", "enforce").await;
+    set_limits(&pool, "placed", "max_in_flight = 100").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    for (quota, flow) in [("plain", "invoice"), ("placed", "sync")] {
+        let callers: Vec<_> = (0..10)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move { reserve_fielded(&app, json!({"flow": flow})).await })
+            })
+            .collect();
+        let mut left = Vec::new();
+        for caller in callers {
+            let answer = caller.await.unwrap();
+            assert!(answer.ratelimit.is_some(), "{quota}: {:?}", answer.decision);
+            let (r, t) = answer.r_and_t(quota);
+            match answer.decision.outcome {
+                Outcome::Granted => left.push(r),
+                Outcome::Deferred => assert_eq!((r, Some(t)), (0, answer.retry_after)),
+                other => panic!("{other:?}"),
+            }
+        }
+        left.sort_unstable();
+        // Each grant counted once, in the order the group was decided.
+        assert_eq!(left, [0, 1, 2, 3, 4, 5], "{quota}");
+    }
 }
