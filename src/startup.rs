@@ -16,7 +16,7 @@ use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::clock::DbClock;
 use crate::config::Config;
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, Services};
 use crate::metrics::Metrics;
 use crate::store::{self, Store};
 use crate::tally::Ledger;
@@ -76,7 +76,7 @@ impl Application {
             DbClock::default(),
             Metrics::new(),
         );
-        let state = AppState {
+        let state = AppState::new(Services {
             arbiter: Arbiter::new(
                 store.clone(),
                 catalog.clone(),
@@ -107,7 +107,7 @@ impl Application {
                 .admit_client_ip_header
                 .as_deref()
                 .and_then(|name| axum::http::HeaderName::try_from(name).ok()),
-        };
+        });
         let retentions = [
             (Pruned::DoneWork, config.work_retention),
             (Pruned::Windows, config.history_retention),

@@ -48,8 +48,26 @@ use error::{ApiError, FailureCause};
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 pub use batch::MAX_BATCH_BODY_BYTES;
 
+/// What every handler shares. Cheap to clone (one shared allocation): axum
+/// clones the state for every request.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+pub struct Services {
     pub arbiter: Arbiter,
     pub bypass: BypassDesk,
     pub store: Store,

@@ -88,7 +88,7 @@ pub async fn stream(
     let (events, received) = mpsc::channel(4);
     let horizon = state.bypass.horizon().num_milliseconds() as f64 / 1e3;
     tokio::spawn(broadcast(
-        state.store,
+        state.store.clone(),
         state.store_timeout,
         flows,
         horizon,
