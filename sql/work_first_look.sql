@@ -2,9 +2,12 @@
 --   due:         items of the worker's flows $1 (NULL: all) whose deadline is
 --                within the bypass horizon ($2 seconds), locked: they are
 --                claimed as bypassed, without a reservation;
---   unthrottled: items outside the horizon of the flows NOT in $4 (the ones
---                the arbiter does not throttle), locked;
---   busy:        which of the enforced flows $5 hold claimable work outside
+--   unthrottled: items outside the horizon of the flows the arbiter does not
+--                throttle (count mode, or no flow of that name: by the flow
+--                table itself, so a flow being flipped to enforce or observe
+--                is never taken for unthrottled by a replica that has not
+--                reloaded yet), locked;
+--   busy:        which of the enforced flows $4 hold claimable work outside
 --                the horizon: a hint that spares the claim a take (and a row
 --                lock) on quotas with nothing to claim; it never decides who
 --                gets a slot. One short index probe per flow.
@@ -36,7 +39,7 @@ WITH RECURSIVE pending_flows AS (
     FROM (SELECT unnest($1::text[]) AS name
           UNION ALL
           SELECT flow FROM pending_flows WHERE flow IS NOT NULL) AS named
-    WHERE name <> ALL($4::text[])
+    WHERE NOT EXISTS (SELECT 1 FROM flow fl WHERE fl.name = named.name AND fl.mode <> 'count')
 ), due_pending AS (
     SELECT id, flow, deadline, priority, ref
     FROM work_item
@@ -54,7 +57,8 @@ WITH RECURSIVE pending_flows AS (
     WHERE state = 'claimed' AND lease_until < arbiter_now()
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
       AND (deadline <= arbiter_now() + make_interval(secs => $2::float8)
-           OR flow <> ALL($4::text[]))
+           OR NOT EXISTS (SELECT 1 FROM flow fl
+                          WHERE fl.name = work_item.flow AND fl.mode <> 'count'))
     ORDER BY coalesce(deadline, 'infinity'), priority, id
     LIMIT 2 * $3
     FOR UPDATE SKIP LOCKED
@@ -82,13 +86,13 @@ WITH RECURSIVE pending_flows AS (
     SELECT * FROM unthrottled_pending
     UNION ALL
     SELECT * FROM lapsed
-    WHERE flow <> ALL($4::text[])
+    WHERE NOT EXISTS (SELECT 1 FROM flow fl WHERE fl.name = lapsed.flow AND fl.mode <> 'count')
       AND coalesce(deadline > arbiter_now() + make_interval(secs => $2::float8), true)
     ORDER BY deadline ASC NULLS LAST, priority, id
     LIMIT $3
 ), busy AS (
     SELECT f.name AS flow
-    FROM unnest($5::text[]) AS f (name)
+    FROM unnest($4::text[]) AS f (name)
     WHERE EXISTS (
         -- The flow's pending walk, stopped at the first claimable item (as a
         -- walk in order with a limit: a bare EXISTS may be planned as a

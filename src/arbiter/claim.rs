@@ -12,7 +12,7 @@
 //! between, never an under-count). Items not leased are never written, so a
 //! deferred claim leaves the queue unchanged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -82,8 +82,6 @@ struct Lanes {
     /// headroom share among the lane's flows, so no flow's items go past its
     /// part of the window.
     take_ceilings: BTreeMap<String, i64>,
-    /// Every enforced or observed flow: the rest is never throttled.
-    throttled_flows: Vec<String>,
 }
 
 impl Lanes {
@@ -92,10 +90,14 @@ impl Lanes {
             enforced: BTreeMap::new(),
             observed: BTreeMap::new(),
             take_ceilings: BTreeMap::new(),
-            throttled_flows: Vec::new(),
         };
-        for flow in snapshot.flows() {
-            let Some(rule) = snapshot.rule(&flow.name) else {
+        // The worker's flows (each once), or every flow of the catalog.
+        let names: BTreeSet<&str> = match worker_flows {
+            Some(wanted) => wanted.iter().map(String::as_str).collect(),
+            None => snapshot.flows().map(|flow| flow.name.as_str()).collect(),
+        };
+        for name in names {
+            let Some(rule) = snapshot.rule(name) else {
                 continue;
             };
             let lane = match rule.flow.mode {
@@ -103,14 +105,10 @@ impl Lanes {
                 Mode::Observe => &mut lanes.observed,
                 Mode::Count => continue,
             };
-            lanes.throttled_flows.push(flow.name.clone());
-            if worker_flows.is_some_and(|wanted| !wanted.contains(&flow.name)) {
-                continue;
-            }
             let entry = lane
                 .entry(rule.quota.name.clone())
                 .or_insert_with(|| (rule.quota.clone(), Vec::new()));
-            entry.1.push(flow.name.clone());
+            entry.1.push(name.to_string());
             if rule.flow.mode == Mode::Enforce {
                 let ceiling = rule.quota.ceiling_for(rule.flow.priority);
                 lanes
@@ -272,10 +270,9 @@ impl Arbiter {
         let busy = if enforced_flows.is_empty() {
             Vec::new()
         } else {
-            let throttled = &lanes.throttled_flows;
-            let look =
-                self.store
-                    .busy_flows(worker_flows, horizon_seconds, throttled, &enforced_flows);
+            let look = self
+                .store
+                .busy_flows(worker_flows, horizon_seconds, &enforced_flows);
             shell.run(Operation::ClaimWork, look).await?
         };
         let mut held = HeldTakes::new(self.store.clone());
@@ -307,7 +304,6 @@ impl Arbiter {
             max: request.max,
             lease_seconds: request.lease.as_secs_f64(),
             horizon_seconds,
-            throttled_flows: &lanes.throttled_flows,
             observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),
             enforced,
         };

@@ -52,8 +52,6 @@ pub struct ClaimScope<'a> {
     pub max: i64,
     pub lease_seconds: f64,
     pub horizon_seconds: f64,
-    /// Every enforced or observed flow: the rest is never throttled.
-    pub throttled_flows: &'a [String],
     pub observed: Vec<&'a [String]>,
     pub enforced: Vec<EnforcedLane<'a>>,
 }
@@ -94,21 +92,12 @@ impl Store {
         &self,
         worker_flows: Option<&[String]>,
         horizon_seconds: f64,
-        throttled: &[String],
         enforced: &[String],
     ) -> Result<Vec<String>, sqlx::Error> {
         // A transaction only for its generic plans: this look locks nothing.
         let mut tx = self.pool().begin().await?;
         generic_plans(&mut tx).await?;
-        let look = first_look(
-            &mut tx,
-            worker_flows,
-            horizon_seconds,
-            0,
-            throttled,
-            enforced,
-        )
-        .await?;
+        let look = first_look(&mut tx, worker_flows, horizon_seconds, 0, enforced).await?;
         tx.commit().await?;
         Ok(look.busy)
     }
@@ -130,7 +119,6 @@ impl Store {
             scope.worker_flows,
             scope.horizon_seconds,
             scope.max,
-            scope.throttled_flows,
             &[],
         )
         .await?;

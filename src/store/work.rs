@@ -269,14 +269,14 @@ pub(super) async fn lock_candidates(
     .await
 }
 
-/// Locks up to `limit` due items and up to `limit` items of flows not in
-/// `throttled`, and says which of `enforced` have work: one statement.
+/// Locks up to `limit` due items and up to `limit` items of flows nobody
+/// throttles (count mode or unknown, by the flow table), and says which of
+/// `enforced` have work: one statement.
 pub(super) async fn first_look(
     db: &mut PgConnection,
     worker_flows: Option<&[String]>,
     horizon_seconds: f64,
     limit: i64,
-    throttled: &[String],
     enforced: &[String],
 ) -> Result<FirstLook, sqlx::Error> {
     let rows = sqlx::query_file!(
@@ -284,7 +284,6 @@ pub(super) async fn first_look(
         worker_flows,
         horizon_seconds,
         limit,
-        throttled,
         enforced
     )
     .fetch_all(db)
