@@ -94,7 +94,7 @@ pub async fn raw_claim_baseline(
         "BEGIN;".to_string(),
         with_literals(
             include_str!("../../sql/work_first_look.sql"),
-            &[&flows, horizon, "1", &flows, &flows],
+            &[&flows, horizon, "1", &flows],
         ) + ";",
         with_literals(
             include_str!("../../sql/take_slots.sql"),
