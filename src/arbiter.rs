@@ -106,9 +106,10 @@ impl Arbiter {
     }
 
     /// Slots spent without a reservation (count mode; a worker client's
-    /// local decisions, [`Arbiter::count_local_decisions`]), added to the window the database clock is in now: the one the
-    /// answer names, not the one the flush lands in; unknown (no recent
-    /// reading): the flush's. Returns that window.
+    /// local decisions, [`Arbiter::count_local_decisions`]), added to the
+    /// window the database clock is in now: the one the answer names, not
+    /// the one the flush lands in; unknown (no recent reading): the flush's.
+    /// Returns that window.
     pub fn spend_after_the_fact(&self, quota: &str, slots: i64) -> Option<DateTime<Utc>> {
         let window_start = self.clock.window_start();
         self.ledger.spend_after_the_fact(quota, window_start, slots);

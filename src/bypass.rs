@@ -56,9 +56,10 @@ impl BypassDesk {
         deadline - now <= self.horizon
     }
 
-    /// The horizon, for callers that select due work in SQL by database time.
-    pub fn horizon(&self) -> chrono::Duration {
-        self.horizon
+    /// The horizon in seconds, for callers that select due work in SQL by
+    /// database time and for the share event's `bypass_horizon_seconds`.
+    pub fn horizon_seconds(&self) -> f64 {
+        self.horizon.num_milliseconds() as f64 / 1e3
     }
 
     /// Grants due work as `bypassed`: counted after the fact, flagged in the

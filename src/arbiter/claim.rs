@@ -191,7 +191,7 @@ impl Arbiter {
         // unknown one: fail closed.
         let snapshot = self.catalog.snapshot().ok_or_else(catalog_not_loaded)?;
         let lanes = Lanes::new(&snapshot, request.flows.as_deref());
-        let horizon = bypass.horizon().num_milliseconds() as f64 / 1000.0;
+        let horizon = bypass.horizon_seconds();
         let leased = self.lease_items(&lanes, request, horizon).await?;
         if leased.leases.items.is_empty() {
             return self

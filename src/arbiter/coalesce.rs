@@ -322,16 +322,15 @@ impl Coalescer {
         };
         let take = self.store.take_paced_group(quota, &wanted).await?;
         let limits = rationing::would_refuse(&asks, take.count_before, take.tokens());
-        // Spent in arrival order: each count includes the asks before it.
-        let mut count = take.count_after.map(|_| take.count_before);
-        for (waiter, limit) in group.drain(..).zip(limits) {
+        let counts = rationing::counts_in_order(&asks, take.count_before);
+        for ((waiter, limit), count) in group.drain(..).zip(limits).zip(counts) {
             // An observed decision shows only the limit, never when it lifts:
             // each refusal says when its own tokens would be there alone.
             let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, 0));
-            count = count.map(|count| count + waiter.ask.slots);
             let _ = waiter.reply.send(Ok(Reservation {
                 clock: take.clock,
-                count_after: count,
+                // Spent in arrival order, once the store counted them.
+                count_after: take.count_after.map(|_| count),
                 refusal,
                 lease: None,
             }));

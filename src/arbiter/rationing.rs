@@ -167,11 +167,10 @@ pub fn would_defer(asks: &[Ask], count_before: i64) -> Vec<bool> {
 /// would have refused it: its own ceiling (the budget: a full window outranks
 /// missing tokens, which come back sooner), else the tokens (the cadence).
 pub fn would_refuse(asks: &[Ask], count_before: i64, tokens: Option<i64>) -> Vec<Option<Limit>> {
-    let (mut count, mut spent) = (count_before, 0);
     asks.iter()
-        .map(|ask| {
-            count += ask.slots;
-            spent += ask.slots;
+        .zip(counts_in_order(asks, count_before))
+        .map(|(ask, count)| {
+            let spent = count - count_before;
             if count > ask.ceiling {
                 Some(Limit::Budget)
             } else if tokens.is_some_and(|tokens| spent > tokens) {
@@ -179,6 +178,17 @@ pub fn would_refuse(asks: &[Ask], count_before: i64, tokens: Option<i64>) -> Vec
             } else {
                 None
             }
+        })
+        .collect()
+}
+
+/// Every ask spent in the order given, from `count_before` on: the window's
+/// count right after each (the asks before it included).
+pub fn counts_in_order(asks: &[Ask], count_before: i64) -> Vec<i64> {
+    asks.iter()
+        .scan(count_before, |count, ask| {
+            *count += ask.slots;
+            Some(*count)
         })
         .collect()
 }
@@ -396,6 +406,13 @@ mod tests {
                     },
                 )
             })
+    }
+
+    #[test]
+    fn counts_in_order_include_every_ask_before() {
+        let asks = [ask(2, 10, 0), ask(1, 10, 1), ask(3, 10, 2)];
+        assert_eq!(counts_in_order(&asks, 4), [6, 7, 10]);
+        assert_eq!(counts_in_order(&[], 4), Vec::<i64>::new());
     }
 
     #[test]

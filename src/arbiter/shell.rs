@@ -61,7 +61,7 @@ impl From<sqlx::Error> for StoreError {
 /// How long a detached call may run before it is given up: its settling then
 /// hears that the store gave no answer (what it spent stays counted: an
 /// over-count, never an under-count).
-pub(super) const LATE_LIMIT: Duration = Duration::from_secs(60);
+const LATE_LIMIT: Duration = Duration::from_secs(60);
 
 /// A store operation of the decision paths, by its label in
 /// `quota_arbiter_store_errors_total`.

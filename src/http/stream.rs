@@ -86,12 +86,11 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     let flows = flows_of(query.as_deref().unwrap_or("")).map_err(ApiError::Invalid)?;
     let (events, received) = mpsc::channel(4);
-    let horizon = state.bypass.horizon().num_milliseconds() as f64 / 1e3;
     tokio::spawn(broadcast(
         state.store.clone(),
         state.store_timeout,
         flows,
-        horizon,
+        state.bypass.horizon_seconds(),
         events,
     ));
     let events = ReceiverStream::<Result<Event, Infallible>>::new(received);
