@@ -75,7 +75,10 @@ impl Arbiter {
         }
     }
 
-    #[tracing::instrument(skip(self, request), fields(flow = %request.flow, count = request.count))]
+    // Debug level: a span per request costs its fields' formatting whether or
+    // not an event is ever logged in it; the request span (request id, path)
+    // is there at every level.
+    #[tracing::instrument(level = "debug", skip(self, request), fields(flow = %request.flow, count = request.count))]
     pub async fn decide(&self, request: &SlotRequest) -> Result<Decision, StoreError> {
         // Before the first catalog load nobody can tell an enforced flow from
         // an unknown one: fail closed rather than wave everything through.

@@ -29,7 +29,9 @@ pub(super) struct Waiter {
 pub(super) type Admissions = Gather<String, RouteClass, Waiter>;
 
 impl Arbiter {
-    #[tracing::instrument(skip_all, fields(route_class = %class.name))]
+    // Debug level, as `decide`: a span per admission is paid for whether or
+    // not anything is logged in it.
+    #[tracing::instrument(level = "debug", skip_all, fields(route_class = %class.name))]
     pub async fn admit(&self, class: &RouteClass, caller: &Caller) -> Result<Verdict, StoreError> {
         let (reply, answer) = oneshot::channel();
         let waiter = Waiter {
