@@ -109,7 +109,12 @@ impl Coalescer {
             quota: rule.quota.name.clone(),
             reply,
         };
-        let across = mode == Mode::Enforce && rule.quota.decided_by_window_alone();
+        // Observed decisions take no in-flight place: only a cadence keeps
+        // them out of the statement shared across quotas.
+        let across = match mode {
+            Mode::Enforce => rule.quota.decided_by_window_alone(),
+            Mode::Observe => rule.quota.cadence.is_none(),
+        };
         let queue_name = if across {
             ACROSS_QUOTAS
         } else {
@@ -132,10 +137,7 @@ impl Coalescer {
             let decided = match key.1 {
                 Mode::Enforce if key.0 == ACROSS_QUOTAS => self.decide_across(&mut group).await,
                 Mode::Enforce => self.decide_paced(&quota, &mut group).await,
-                // Observed decisions take no place: only a cadence adds to the budget.
-                Mode::Observe if quota.cadence.is_none() => {
-                    self.observe_group(&quota.name, &mut group).await
-                }
+                Mode::Observe if key.0 == ACROSS_QUOTAS => self.observe_across(&mut group).await,
                 Mode::Observe => self.observe_paced(&quota, &mut group).await,
             };
             if let Err(error) = decided {
@@ -149,28 +151,39 @@ impl Coalescer {
         }
     }
 
-    /// One statement spends the whole group's slots regardless; each waiter
-    /// learns, in arrival order, whether enforcement would have refused it.
-    /// Nothing is given back: a caller that stopped waiting was granted all
-    /// the same.
-    async fn observe_group(&self, quota: &str, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
-        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
-        let total = asks.iter().map(|a| a.slots).sum();
-        let spent = self.store.reserve_slots(quota, total, 0, true).await?;
-        let (clock, after) = (spent.clock, spent.count_after.unwrap_or(total));
-        let flags = rationing::would_defer(&asks, after - total);
-        let mut count = after - total;
-        for (waiter, would_defer) in group.drain(..).zip(flags) {
-            count += waiter.ask.slots;
-            let _ = waiter.reply.send(Ok(Reservation {
-                clock,
-                count_after: Some(count),
-                refusal: would_defer.then_some(Refusal {
-                    limit: Limit::Budget,
-                    retry_at: clock.window_end,
-                }),
-                lease: None,
-            }));
+    /// Observed decisions on quotas without a cadence, whatever their quota:
+    /// one statement spends each quota's slots for its part of the group
+    /// regardless; each waiter learns, in arrival order within its quota,
+    /// whether enforcement would have refused it. Nothing is given back: a
+    /// caller that stopped waiting was granted all the same.
+    async fn observe_across(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
+        let parts = ByQuota::of(group);
+        let quota_asks: Vec<QuotaAsk> = parts
+            .quotas
+            .iter()
+            .zip(&parts.asks)
+            .map(|(quota, asks)| {
+                let total = asks.iter().map(|a| a.slots).sum();
+                QuotaAsk::regardless(quota, total)
+            })
+            .collect();
+        let takes = self.store.take_slots_across(&quota_asks).await?;
+        let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
+        for ((members, asks), take) in parts.members.iter().zip(&parts.asks).zip(&takes) {
+            let before = taken(take).count_before;
+            let flags = rationing::would_defer(asks, before);
+            let counts = rationing::counts_in_order(asks, before);
+            for ((&i, would_defer), count) in members.iter().zip(flags).zip(counts) {
+                let Some(waiter) = waiters[i].take() else {
+                    continue;
+                };
+                let _ = waiter.reply.send(Ok(Reservation {
+                    clock: take.clock,
+                    count_after: Some(count),
+                    refusal: would_defer.then(|| budget_refusal(&take.clock)),
+                    lease: None,
+                }));
+            }
         }
         Ok(())
     }
@@ -181,16 +194,13 @@ impl Coalescer {
     /// rationing shares each quota's take out; what nobody uses goes back
     /// before anyone hears a refusal.
     async fn decide_across(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
-        let mut by_quota: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, waiter) in group.iter().enumerate() {
-            by_quota.entry(waiter.quota.clone()).or_default().push(i);
-        }
-        let asks: Vec<Vec<Ask>> = by_quota
-            .values()
-            .map(|members| members.iter().map(|&i| group[i].ask).collect())
-            .collect();
-        let quota_asks: Vec<QuotaAsk> = by_quota
-            .keys()
+        let ByQuota {
+            quotas,
+            members,
+            asks,
+        } = ByQuota::of(group);
+        let quota_asks: Vec<QuotaAsk> = quotas
+            .iter()
             .zip(&asks)
             .map(|(quota, asks)| {
                 let want = rationing::to_take(asks);
@@ -204,10 +214,8 @@ impl Coalescer {
             .collect();
         let takes = self.store.take_slots_across(&quota_asks).await?;
         let mut replies: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
-        for ((members, asks), (ask, take)) in by_quota
-            .values()
-            .zip(&asks)
-            .zip(quota_asks.iter().zip(&takes))
+        for ((members, asks), (ask, take)) in
+            members.iter().zip(&asks).zip(quota_asks.iter().zip(&takes))
         {
             let sharing = rationing::share_out(asks, taken(take));
             let window = take.clock.window_start;
@@ -377,6 +385,33 @@ impl Coalescer {
         self.store
             .give_back_unused(quota, window_start, slots)
             .await;
+    }
+}
+
+/// A group shared across quotas, split by quota (in quota order, the order
+/// the statement locks their rows in): each quota's members, as indices into
+/// the group in arrival order, and their asks.
+struct ByQuota {
+    quotas: Vec<String>,
+    members: Vec<Vec<usize>>,
+    asks: Vec<Vec<Ask>>,
+}
+
+impl ByQuota {
+    fn of(group: &[Waiter]) -> Self {
+        let mut by_quota: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, waiter) in group.iter().enumerate() {
+            by_quota.entry(&waiter.quota).or_default().push(i);
+        }
+        let asks = by_quota
+            .values()
+            .map(|members| members.iter().map(|&i| group[i].ask).collect())
+            .collect();
+        Self {
+            quotas: by_quota.keys().map(|q| q.to_string()).collect(),
+            members: by_quota.into_values().collect(),
+            asks,
+        }
     }
 }
 

@@ -31,6 +31,19 @@ pub struct QuotaAsk {
     pub smallest: i64,
 }
 
+impl QuotaAsk {
+    /// Observe mode: `slots` of `quota` spent whatever the window's count,
+    /// so that the count stays the honest record of every slot spent.
+    pub fn regardless(quota: &str, slots: i64) -> Self {
+        QuotaAsk {
+            quota: quota.to_string(),
+            wanted: slots,
+            ceiling: i64::MAX,
+            smallest: slots,
+        }
+    }
+}
+
 impl Store {
     /// One statement takes slots of every quota in `asks` (each row its own
     /// conditional upsert, rows locked in quota order); the takes answer in

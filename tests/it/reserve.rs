@@ -141,6 +141,54 @@ async fn observe_mode_grants_counts_and_flags_would_defer(pool: PgPool) {
     assert_eq!(tallied, (5, 3), "granted and would_defer tallied");
 }
 
+/// Observed decisions on budget-only quotas share one statement whatever
+/// their quota: each quota's count and would-defer flags stay its own.
+#[sqlx::test]
+async fn concurrent_observations_across_quotas_count_and_flag_each_quota_alone(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    // (quota, ceiling, flow, requests per wave); "placed" has in-flight
+    // places, which observed decisions never take: it goes with the others.
+    let quotas = [
+        ("qa", 3, "fa", 4),
+        ("qb", 7, "fb", 9),
+        ("qc", 0, "fc", 2),
+        ("placed", 5, "fp", 6),
+    ];
+    for (quota, ceiling, flow, _) in quotas {
+        create_flow(&pool, quota, ceiling, flow, "observe").await;
+    }
+    set_limits(&pool, "placed", "max_in_flight = 1").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let mut flagged = std::collections::HashMap::<&str, usize>::new();
+    // Two waves: the second's groups start from counts that differ by quota.
+    for _ in 0..2 {
+        let callers: Vec<_> = quotas
+            .iter()
+            .flat_map(|&(quota, _, flow, n)| std::iter::repeat_n((quota, flow), n))
+            .map(|(quota, flow)| {
+                let app = app.clone();
+                tokio::spawn(async move { (quota, app.reserve(json!({"flow": flow})).await) })
+            })
+            .collect();
+        for caller in callers {
+            let (quota, decision) = caller.await.unwrap();
+            assert_eq!(decision.outcome, Outcome::Granted, "{quota}: {decision:?}");
+            assert_eq!(decision.quota.as_deref(), Some(quota));
+            *flagged.entry(quota).or_default() += usize::from(decision.would_defer);
+        }
+    }
+    for (quota, ceiling, _, n) in quotas {
+        let asked = 2 * n;
+        let counted = current_count(&pool, quota).await;
+        assert_eq!(counted, asked as i64, "{quota}: every slot counted");
+        let past_ceiling = asked - ceiling as usize;
+        assert_eq!(
+            flagged[quota], past_ceiling,
+            "{quota}: flagged past its own ceiling"
+        );
+    }
+}
+
 #[sqlx::test]
 async fn unknown_flow_is_never_throttled(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
