@@ -165,12 +165,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         concurrency: c,
         duration: d,
     });
-    let reserve_slots = include_str!("../../sql/reserve_slots.sql");
+    let bare_upsert = include_str!("../sql/bare_upsert.sql");
     let ceiling = UNREACHABLE_CEILING.to_string();
 
     let healthz = cpu::metered(pid, db, reserve::healthz(&load)).await?;
     let hot = text_literal(&names.of("pg-hot"));
-    let script = with_literals(reserve_slots, &[&hot, "1", &ceiling, "false"]) + ";\n";
+    let script = with_literals(bare_upsert, &[&hot, "1", &ceiling, "false"]) + ";\n";
     let bare_hot = baseline(pgbench.as_ref(), "bare upsert, hot row (pgbench)", &script).await?;
     let name = "budget only, enforce";
     let enforce = reserve::arm(&load, name, Stop::Elapsed, one(names.of("enforce")));
@@ -187,7 +187,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let quotas = args.quotas;
     let spread = format!("({} || :q)", text_literal(&names.of("pg-spread-")));
     let script = format!("\\set q random(1, {quotas})\n")
-        + &with_literals(reserve_slots, &[&spread, "1", &ceiling, "false"])
+        + &with_literals(bare_upsert, &[&spread, "1", &ceiling, "false"])
         + ";\n";
     let name = format!("bare upsert, {quotas} rows (pgbench)");
     let bare_spread = baseline(pgbench.as_ref(), &name, &script).await?;

@@ -67,37 +67,6 @@ impl Store {
         &self.pool
     }
 
-    /// The bare conditional upsert, without cadence or leases: a lone
-    /// coalesced decision, observed groups, and the statement the benchmark's
-    /// pgbench baseline replays.
-    /// One conditional upsert (design.md §3.2): takes `slots` of `quota` in the
-    /// current window if `count + slots <= ceiling`, or unconditionally when
-    /// `spend_regardless` (observe mode keeps `count` honest).
-    #[tracing::instrument(skip(self), err)]
-    pub async fn reserve_slots(
-        &self,
-        quota: &str,
-        slots: i64,
-        ceiling: i64,
-        spend_regardless: bool,
-    ) -> Result<Reservation, sqlx::Error> {
-        let row = sqlx::query_file!(
-            "sql/reserve_slots.sql",
-            quota,
-            slots,
-            ceiling,
-            spend_regardless
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(Reservation {
-            clock: clock_reading!(row),
-            count_after: row.count_after,
-            refusal: None,
-            lease: None,
-        })
-    }
-
     pub async fn read_clock(&self) -> Result<ClockReading, sqlx::Error> {
         let row = sqlx::query_file!("sql/db_clock.sql")
             .fetch_one(&self.pool)

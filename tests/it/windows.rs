@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeZone, Timelike, Utc};
 use quota_arbiter::decision::{Decision, Outcome};
-use quota_arbiter::store::Store;
+use quota_arbiter::store::{QuotaAsk, Store, Take};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
@@ -66,7 +66,7 @@ async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: P
     assert_eq!(zone, "Asia/Kolkata");
 
     let store = Store::new(kolkata.clone());
-    let reservation = store.reserve_slots("ppf", 1, 10, false).await.unwrap();
+    let reservation = take(&store, "ppf", 1, 10).await;
     let start = reservation.clock.window_start;
     assert_eq!(
         (start.minute(), start.second(), start.nanosecond()),
@@ -83,7 +83,7 @@ async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: P
     assert_eq!(reservation.clock.db_now.minute(), 40);
 
     // The same row is found from a UTC session: one window, not two.
-    store.reserve_slots("ppf", 2, 10, false).await.unwrap();
+    take(&store, "ppf", 2, 10).await;
     let rows: Vec<(DateTime<Utc>, i64)> =
         sqlx::query_as("SELECT window_start, count FROM quota_window WHERE quota = 'ppf'")
             .fetch_all(&pinned)
@@ -92,44 +92,43 @@ async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: P
     assert_eq!(rows, vec![(start, 3)]);
 }
 
+/// `slots` of `quota` all or nothing, against `ceiling`: the statement that
+/// decides every budget-only reservation, asked for one quota.
+async fn take(store: &Store, quota: &str, slots: i64, ceiling: i64) -> Take {
+    let ask = QuotaAsk {
+        quota: quota.to_string(),
+        wanted: slots,
+        ceiling,
+        smallest: slots,
+    };
+    store.take_slots_across(&[ask]).await.unwrap().remove(0)
+}
+
 #[sqlx::test]
 async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: PgPool) {
     create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
     let store = Store::new(pool.clone());
-    assert_eq!(
-        store
-            .reserve_slots("ppf", 2, 2, false)
-            .await
-            .unwrap()
-            .count_after,
-        Some(2)
-    );
-    assert_eq!(
-        store
-            .reserve_slots("ppf", 1, 2, false)
-            .await
-            .unwrap()
-            .count_after,
-        None
-    );
+    assert_eq!(take(&store, "ppf", 2, 2).await.count_after, Some(2));
+    let refused = take(&store, "ppf", 1, 2).await;
+    assert_eq!((refused.taken, refused.count_after), (0, None));
     // Observe spends regardless and reports the honest count.
-    assert_eq!(
-        store
-            .reserve_slots("ppf", 1, 2, true)
-            .await
-            .unwrap()
-            .count_after,
-        Some(3)
-    );
+    let observed = store
+        .take_slots_across(&[QuotaAsk::regardless("ppf", 1)])
+        .await
+        .unwrap();
+    assert_eq!(observed[0].count_after, Some(3));
     // A ceiling of 0 with an empty window: the insert branch refuses too.
     create_flow(&pool, "closed", 0, "x", "enforce").await;
-    assert_eq!(
-        store
-            .reserve_slots("closed", 1, 0, false)
+    assert_eq!(take(&store, "closed", 1, 0).await.count_after, None);
+    let counted: Vec<(String, i64)> =
+        sqlx::query_as("SELECT quota, count FROM quota_window ORDER BY quota")
+            .fetch_all(&pool)
             .await
-            .unwrap()
-            .count_after,
-        None
+            .unwrap();
+    assert_eq!(
+        counted,
+        [("ppf".to_string(), 3)],
+        "a refusal spends nothing"
     );
 }
 

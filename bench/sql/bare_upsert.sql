@@ -1,9 +1,11 @@
--- Reserve $2 slots of quota $1 in the current window, all or nothing, against
--- ceiling $3. The conditional upsert is the whole decision: zero rows back from
--- it is the refusal ("count_after" is NULL). With $4 = true (observe mode) the
--- slots are spent regardless, so that `count` stays the honest record of every
--- slot spent; the caller compares count_after with the ceiling.
--- The window and the clock come from the database, never from the caller.
+-- The benchmark's baseline: the bare conditional upsert that every deciding
+-- statement of the service is built around (sql/take_slots*.sql add the
+-- take-up-to-k, several quotas, cadence and places). Reserve $2 slots of
+-- quota $1 in the current window, all or nothing, against ceiling $3: zero
+-- rows back from the upsert is the refusal ("count_after" is NULL); with
+-- $4 = true the slots are spent regardless. pgbench replays it with its
+-- parameters bound as literals. The window and the clock come from the
+-- database, never from the caller.
 WITH clock AS (
     SELECT window_start_of(arbiter_now()) AS window_start,
            window_end_of(arbiter_now())   AS window_end,
