@@ -53,20 +53,27 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Enforced flow and the store did not answer", body = Problem,
-         content_type = "application/problem+json"),
+         content_type = "application/problem+json",
+         // Retry-After: `contract::document_failures`, on every 503.
+         headers(
+            ("RateLimit-Policy" = String, description = "When the flow's quota is known: as on a 200 (no RateLimit field: nothing was counted)"),
+         )),
     )
 )]
 pub async fn reserve(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<ReserveBody>,
-) -> Result<(HeaderMap, Json<Decision>), ApiError> {
+) -> Result<(HeaderMap, Json<Decision>), (HeaderMap, ApiError)> {
     let request = SlotRequest::new(body.flow, body.count, body.deadline, body.reference)
-        .map_err(ApiError::Invalid)?;
+        .map_err(|why| (HeaderMap::new(), ApiError::Invalid(why)))?;
     // Deadline work goes first, down a path that holds no reservation store.
     let decision = match state.bypass.try_bypass(&request) {
         Some(decision) => decision,
-        None => state.arbiter.decide(&request).await?,
+        None => match state.arbiter.decide(&request).await {
+            Ok(decision) => decision,
+            Err(error) => return Err((unanswered_fields(&state, &request.flow), error.into())),
+        },
     };
     caller.took(&state, decision.lease_id).await;
     let mut headers = HeaderMap::new();
@@ -77,6 +84,17 @@ pub async fn reserve(
     Ok((headers, Json(decision)))
 }
 
+/// A 503: the store gave no count, so only the policy of the flow's quota
+/// (when the catalog knows it); what is left is never guessed.
+fn unanswered_fields(state: &AppState, flow: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Some(rule) = state.catalog.snapshot().and_then(|s| s.rule(flow)) {
+        let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+        insert_policy(&mut headers, &rule.quota.name, ceiling);
+    }
+    headers
+}
+
 /// The RateLimit fields of the flow's quota (design.md §4): the policy when
 /// the quota is known, what is left only when the store counted this
 /// decision; never a guess.
@@ -84,11 +102,17 @@ fn quota_fields(headers: &mut HeaderMap, decision: &Decision) {
     let (Some(quota), Some(limit)) = (&decision.quota, decision.quota_limit) else {
         return;
     };
-    let ceiling = u64::try_from(limit.ceiling).unwrap_or(0);
-    let policy = ratelimit_fields::policy_field(quota, ceiling, QUOTA_WINDOW_SECONDS);
-    ratelimit_fields::insert(headers, ratelimit_fields::POLICY, policy);
+    insert_policy(headers, quota, limit.ceiling);
     if let Some(left) = limit.left {
         let field = ratelimit_fields::limit_field(quota, left.slots, Some(left.reset));
         ratelimit_fields::insert(headers, ratelimit_fields::LIMIT, field);
     }
+}
+
+/// `quota`'s policy for a flow whose priority may use up to `ceiling` slots
+/// of each hourly window.
+fn insert_policy(headers: &mut HeaderMap, quota: &str, ceiling: i64) {
+    let ceiling = u64::try_from(ceiling).unwrap_or(0);
+    let policy = ratelimit_fields::policy_field(quota, ceiling, QUOTA_WINDOW_SECONDS);
+    ratelimit_fields::insert(headers, ratelimit_fields::POLICY, policy);
 }

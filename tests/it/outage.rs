@@ -46,6 +46,12 @@ async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: 
             response.headers()["content-type"],
             "application/problem+json"
         );
+        // The quota's policy, but nothing left to tell: nothing was counted.
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            "\"ppf\";q=100;w=3600"
+        );
+        assert!(!response.headers().contains_key("ratelimit"));
         let problem: Value = response.json().await.unwrap();
         assert!(problem["type"]
             .as_str()
