@@ -90,10 +90,7 @@ impl Arbiter {
                 false,
             ));
         };
-        let ceiling = rule.quota.ceiling_for(rule.flow.priority);
-        let mut decision = Decision::new(Outcome::Granted, &request.flow).with_ceiling(ceiling);
-        decision.quota = Some(rule.quota.name.clone());
-        decision.mode = Some(rule.flow.mode);
+        let decision = with_rule(&rule);
         let decision = match rule.flow.mode {
             Mode::Count => self.count_after_the_fact(decision, &rule, request.count),
             Mode::Observe => self.observe(decision, &rule, request).await,
@@ -230,6 +227,16 @@ impl Arbiter {
         self.ledger.tally(&decision, had_deadline);
         decision
     }
+}
+
+/// A granted decision naming the flow's quota, its mode and the ceiling its
+/// priority may reach (the answer's policy): what every path decides from.
+fn with_rule(rule: &Rule) -> Decision {
+    let mut decision = Decision::new(Outcome::Granted, &rule.flow.name)
+        .with_ceiling(rule.quota.ceiling_for(rule.flow.priority));
+    decision.quota = Some(rule.quota.name.clone());
+    decision.mode = Some(rule.flow.mode);
+    decision
 }
 
 /// Before the first catalog load nobody can tell an enforced flow from an

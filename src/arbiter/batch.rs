@@ -14,7 +14,7 @@ use super::coalesce::taken;
 use super::observe::{late_would_defers, past_ceiling};
 use super::rationing::{self, Ask, Rank};
 use super::shell::{Operation, StoreError, RETRY_AFTER_UNAVAILABLE};
-use super::{catalog_not_loaded, Arbiter};
+use super::{catalog_not_loaded, with_rule, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
 use crate::clock::ClockReading;
@@ -244,11 +244,14 @@ impl Arbiter {
         let sharing = rationing::share_out(&asks, taken(&take));
         let decisions = items
             .iter()
-            .zip(sharing.refusals)
+            .zip(sharing.refusals.into_iter().zip(sharing.counts_after))
             .map(|((i, rule), refusal)| match refusal {
-                Some(_) => (*i, budget_deferral(rule, &take.clock)),
-                None => {
+                (Some(_), _) => (*i, budget_deferral(rule, &take.clock)),
+                (None, count_after) => {
                     let mut decision = with_rule(rule);
+                    if let Some(count_after) = count_after {
+                        decision = decision.counted(count_after, &take.clock);
+                    }
                     decision.window_start = Some(take.clock.window_start);
                     (*i, decision)
                 }
@@ -296,14 +299,23 @@ impl Arbiter {
             .as_ref()
             .map(|r| r.clock.window_start)
             .or_else(|| self.clock.window_start());
-        let past = reservation
-            .and_then(|r| r.count_after)
-            .map(|after| past_ceiling(after, &asks));
+        let counted = reservation
+            .as_ref()
+            .and_then(|r| Some((r.count_after?, r.clock)));
+        let past = counted.map(|(after, _)| past_ceiling(after, &asks));
+        // Spent in input order, once the store counted them.
+        let counts = counted.map(|(after, clock)| {
+            let counts = rationing::counts_in_order(&asks, after - total);
+            (counts, clock)
+        });
         items
             .iter()
             .enumerate()
             .map(|(k, (i, rule))| {
                 let mut decision = with_rule(rule);
+                if let Some((counts, clock)) = &counts {
+                    decision = decision.counted(counts[k], clock);
+                }
                 decision.window_start = window_start;
                 decision.would_defer = past.as_ref().is_some_and(|p| p[k]);
                 decision.limit = decision.would_defer.then_some(Limit::Budget);
@@ -311,14 +323,6 @@ impl Arbiter {
             })
             .collect()
     }
-}
-
-/// A granted decision naming the flow's quota and mode.
-pub(super) fn with_rule(rule: &Rule) -> Decision {
-    let mut decision = Decision::new(Outcome::Granted, &rule.flow.name);
-    decision.quota = Some(rule.quota.name.clone());
-    decision.mode = Some(rule.flow.mode);
-    decision
 }
 
 /// An item the store could not decide in time: ask again shortly.

@@ -19,10 +19,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::batch::with_rule;
 use super::observe::{late_would_defers, past_ceiling};
 use super::rationing::Ask;
 use super::shell::{Operation, StoreError};
+use super::with_rule;
 use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};

@@ -1,6 +1,7 @@
 //! `POST /v1/reserve/batch`: ration many items in one request.
 
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::HeaderMap;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -9,7 +10,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
-use super::reserve::ReserveBody;
+use super::reserve::{drawn_on, quota_fields, unanswered_fields, ReserveBody};
 use super::AppState;
 use crate::arbiter::MAX_BATCH_ITEMS;
 use crate::catalog::MAX_NAME_LEN;
@@ -88,24 +89,35 @@ pub fn router() -> OpenApiRouter<AppState> {
     post, path = "/v1/reserve/batch", tag = "reserve",
     request_body = BatchBody,
     responses(
-        (status = 200, description = "One decision per item, in input order", body = BatchDecisions),
+        (status = 200, description = "One decision per item, in input order", body = BatchDecisions,
+         headers(
+            ("RateLimit-Policy" = String, description = "One policy per quota the items drew on, in the order first drawn on: \"<quota>\";q=<ceiling>;w=3600, from that quota's tightest item (fewest slots left; the lowest ceiling among its flows' priorities when it decides)"),
+            ("RateLimit" = String, description = "For each of those quotas the store counted: \"<quota>\";r=<slots left>;t=<seconds until that changes>, from the same item as its policy (on a deferred item r=0 and t is that item's retry_after_seconds)"),
+         )),
         (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than the largest valid batch (500 items, every field at its longest)",
          body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No item could be decided (the store out of reach, no item due); nothing was granted. Otherwise the answer is 200 and an item the store could not decide says `unavailable`",
-         body = Problem, content_type = "application/problem+json"),
+         body = Problem, content_type = "application/problem+json",
+         // Retry-After: `contract::document_failures`, on every 503.
+         headers(
+            ("RateLimit-Policy" = String, description = "The policies of the items' quotas the catalog knows, as on a 200 (no RateLimit field: nothing was counted)"),
+         )),
     )
 )]
 pub async fn reserve_batch(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<BatchBody>,
-) -> Result<Json<BatchDecisions>, ApiError> {
+) -> Result<(HeaderMap, Json<BatchDecisions>), (HeaderMap, ApiError)> {
     if body.items.is_empty() || body.items.len() > MAX_BATCH_ITEMS {
-        return Err(ApiError::Invalid(format!(
-            "`items` must hold between 1 and {MAX_BATCH_ITEMS} items"
-        )));
+        return Err((
+            HeaderMap::new(),
+            ApiError::Invalid(format!(
+                "`items` must hold between 1 and {MAX_BATCH_ITEMS} items"
+            )),
+        ));
     }
     let requests = body
         .items
@@ -115,12 +127,21 @@ pub async fn reserve_batch(
             SlotRequest::new(item.flow, item.count, item.deadline, item.reference)
                 .map_err(|why| ApiError::Invalid(format!("items[{i}]: {why}")))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let decisions = state.arbiter.decide_batch(&state.bypass, &requests).await?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| (HeaderMap::new(), error))?;
+    let decisions = match state.arbiter.decide_batch(&state.bypass, &requests).await {
+        Ok(decisions) => decisions,
+        Err(error) => {
+            let flows = requests.iter().map(|r| r.flow.as_str());
+            return Err((unanswered_fields(&state, flows), error.into()));
+        }
+    };
     caller
         .took(&state, decisions.iter().filter_map(|d| d.lease_id))
         .await;
-    Ok(Json(BatchDecisions {
+    let mut headers = HeaderMap::new();
+    quota_fields(&mut headers, drawn_on(&decisions));
+    let decisions = BatchDecisions {
         decisions: requests
             .into_iter()
             .zip(decisions)
@@ -129,5 +150,6 @@ pub async fn reserve_batch(
                 decision,
             })
             .collect(),
-    }))
+    };
+    Ok((headers, Json(decisions)))
 }

@@ -13,7 +13,7 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
-use crate::decision::{Decision, SlotRequest, QUOTA_WINDOW_SECONDS};
+use crate::decision::{Decision, QuotaLimit, SlotRequest, QUOTA_WINDOW_SECONDS};
 use crate::ratelimit_fields;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -72,7 +72,10 @@ pub async fn reserve(
         Some(decision) => decision,
         None => match state.arbiter.decide(&request).await {
             Ok(decision) => decision,
-            Err(error) => return Err((unanswered_fields(&state, &request.flow), error.into())),
+            Err(error) => {
+                let flows = [request.flow.as_str()];
+                return Err((unanswered_fields(&state, flows), error.into()));
+            }
         },
     };
     caller.took(&state, decision.lease_id).await;
@@ -80,39 +83,89 @@ pub async fn reserve(
     if let Some(seconds) = decision.retry_after_seconds {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
-    quota_fields(&mut headers, &decision);
+    quota_fields(&mut headers, drawn_on(std::slice::from_ref(&decision)));
     Ok((headers, Json(decision)))
 }
 
-/// A 503: the store gave no count, so only the policy of the flow's quota
-/// (when the catalog knows it); what is left is never guessed.
-fn unanswered_fields(state: &AppState, flow: &str) -> HeaderMap {
+/// A 503: the store gave no count, so only the policies of the flows'
+/// quotas (those the catalog knows); what is left is never guessed.
+pub(super) fn unanswered_fields<'a>(
+    state: &AppState,
+    flows: impl IntoIterator<Item = &'a str>,
+) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    if let Some(rule) = state.catalog.snapshot().and_then(|s| s.rule(flow)) {
-        let ceiling = rule.quota.ceiling_for(rule.flow.priority);
-        insert_policy(&mut headers, &rule.quota.name, ceiling);
-    }
+    let Some(snapshot) = state.catalog.snapshot() else {
+        return headers;
+    };
+    let limits: Vec<(String, QuotaLimit)> = flows
+        .into_iter()
+        .filter_map(|flow| snapshot.rule(flow))
+        .map(|rule| {
+            let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+            let limit = QuotaLimit {
+                ceiling,
+                left: None,
+            };
+            (rule.quota.name.clone(), limit)
+        })
+        .collect();
+    quota_fields(&mut headers, limits.iter().map(|(q, l)| (q.as_str(), *l)));
     headers
 }
 
-/// The RateLimit fields of the flow's quota (design.md §4): the policy when
-/// the quota is known, what is left only when the store counted this
-/// decision; never a guess.
-fn quota_fields(headers: &mut HeaderMap, decision: &Decision) {
-    let (Some(quota), Some(limit)) = (&decision.quota, decision.quota_limit) else {
-        return;
-    };
-    insert_policy(headers, quota, limit.ceiling);
-    if let Some(left) = limit.left {
-        let field = ratelimit_fields::limit_field(quota, left.slots, Some(left.reset));
-        ratelimit_fields::insert(headers, ratelimit_fields::LIMIT, field);
+/// What `decisions` said of their quotas, for [`quota_fields`].
+pub(super) fn drawn_on(decisions: &[Decision]) -> impl Iterator<Item = (&str, QuotaLimit)> {
+    decisions
+        .iter()
+        .filter_map(|d| Some((d.quota.as_deref()?, d.quota_limit?)))
+}
+
+/// The RateLimit fields of the quotas drawn on (design.md §4): one policy
+/// per quota, in the order first drawn on, each from the tightest of what
+/// was said of it (the fewest slots left once counted; else the first
+/// policy); what is left only when the store counted a decision; never a
+/// guess.
+pub(super) fn quota_fields<'a>(
+    headers: &mut HeaderMap,
+    limits: impl IntoIterator<Item = (&'a str, QuotaLimit)>,
+) {
+    let mut tightest: Vec<(&str, QuotaLimit)> = Vec::new();
+    for (quota, limit) in limits {
+        match tightest.iter_mut().find(|(q, _)| *q == quota) {
+            Some((_, held)) if tighter(&limit, held) => *held = limit,
+            Some(_) => {}
+            None => tightest.push((quota, limit)),
+        }
+    }
+    let policies = tightest.iter().map(|(quota, limit)| {
+        let ceiling = u64::try_from(limit.ceiling).unwrap_or(0);
+        ratelimit_fields::policy_field(quota, ceiling, QUOTA_WINDOW_SECONDS)
+    });
+    let lefts = tightest.iter().filter_map(|(quota, limit)| {
+        let left = limit.left?;
+        Some(ratelimit_fields::limit_field(
+            quota,
+            left.slots,
+            Some(left.reset),
+        ))
+    });
+    insert_list(headers, ratelimit_fields::POLICY, policies);
+    insert_list(headers, ratelimit_fields::LIMIT, lefts);
+}
+
+/// Fewer slots left than `held` says; anything counted beats nothing.
+fn tighter(limit: &QuotaLimit, held: &QuotaLimit) -> bool {
+    match (limit.left, held.left) {
+        (Some(left), Some(held)) => left.slots < held.slots,
+        (Some(_), None) => true,
+        (None, _) => false,
     }
 }
 
-/// `quota`'s policy for a flow whose priority may use up to `ceiling` slots
-/// of each hourly window.
-fn insert_policy(headers: &mut HeaderMap, quota: &str, ceiling: i64) {
-    let ceiling = u64::try_from(ceiling).unwrap_or(0);
-    let policy = ratelimit_fields::policy_field(quota, ceiling, QUOTA_WINDOW_SECONDS);
-    ratelimit_fields::insert(headers, ratelimit_fields::POLICY, policy);
+/// A structured-field list (RFC 8941 §3.1); nothing when it is empty.
+fn insert_list(headers: &mut HeaderMap, name: &'static str, items: impl Iterator<Item = String>) {
+    let list: Vec<String> = items.collect();
+    if !list.is_empty() {
+        ratelimit_fields::insert(headers, name, list.join(", "));
+    }
 }

@@ -473,3 +473,68 @@ async fn a_batch_on_a_quota_with_headroom_is_shared_out_of_one_take_within_each_
         "slots no item could use went back"
     );
 }
+
+/// A batch's RateLimit fields: one policy per quota its items drew on, in
+/// the order first drawn on, each with what its tightest item left (a
+/// deferred item: nothing, until its own retry).
+#[sqlx::test]
+async fn ratelimit_fields_name_each_quota_drawn_on_with_its_tightest_item(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
+    create_flow(&pool, "crm", 10, "sync", "enforce").await;
+    create_flow(&pool, "mail", 5, "ack", "count").await;
+    create_flow(&pool, "news", 5, "report", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let items = json!({"items": [
+        {"flow": "report", "ref": "r1"},
+        {"flow": "sync", "ref": "s1", "count": 2},
+        {"flow": "invoice", "ref": "i1"},
+        {"flow": "ack", "ref": "a1"},
+        {"flow": "invoice", "ref": "i2"},
+        {"flow": "sync", "ref": "s2"},
+        {"flow": "invoice", "ref": "i3"},
+        {"flow": "invoice", "ref": "i4"},
+        {"flow": "report", "ref": "r2"},
+        {"flow": "who-knows", "ref": "u1"},
+    ]});
+    let response = app.post_batch(items).await;
+    assert_eq!(response.status(), 200);
+    let field = |name: &str| {
+        let mut values = response.headers().get_all(name).iter();
+        let value = values.next().map(|v| v.to_str().unwrap().to_string());
+        assert!(values.next().is_none(), "{name} given once at most");
+        value
+    };
+    let (policy, ratelimit) = (field("ratelimit-policy"), field("ratelimit"));
+    assert_eq!(field("retry-after"), None, "each item has its own");
+    let decisions: Value = response.json().await.unwrap();
+    let decisions = decisions["decisions"].as_array().unwrap();
+    let deferred = &decisions[7];
+    assert_eq!(deferred["outcome"], "deferred", "{deferred}");
+    let retry = deferred["retry_after_seconds"].as_i64().unwrap();
+    assert!((2900..=3000).contains(&retry), "{retry}");
+
+    assert_eq!(
+        policy.as_deref(),
+        Some("\"news\";q=5;w=3600, \"crm\";q=10;w=3600, \"ppf\";q=3;w=3600, \"mail\";q=5;w=3600"),
+        "an unknown flow draws on no policy"
+    );
+    let ratelimit = ratelimit.expect("a RateLimit field");
+    // Not mail's: counted after the fact, nothing read of it.
+    let fields: Vec<&str> = ratelimit.split(", ").collect();
+    let [news, crm, ppf] = fields[..] else {
+        panic!("three quotas: {ratelimit}");
+    };
+    let t = |field: &str, prefix: &str| -> i64 {
+        let t = field
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{prefix}: {field}"));
+        t.parse().unwrap()
+    };
+    // ~50 minutes until the window ends.
+    let news_t = t(news, "\"news\";r=3;t=");
+    assert!((2900..=3000).contains(&news_t), "2 of 5 observed: {news_t}");
+    let crm_t = t(crm, "\"crm\";r=7;t=");
+    assert!((2900..=3000).contains(&crm_t), "3 of 10 taken: {crm_t}");
+    assert_eq!(t(ppf, "\"ppf\";r=0;t="), retry, "the deferred item's");
+}

@@ -118,7 +118,7 @@ fn every_failure_is_documented_as_a_problem() {
     }
 }
 
-/// `/v1/reserve` declares its RateLimit fields (headers only: the decision's
+/// `/v1/reserve` and its batch declare their RateLimit fields (headers only: the decision's
 /// schema is unchanged, design.md §4).
 #[test]
 fn reserve_declares_its_ratelimit_fields_and_no_new_body_field() {
@@ -126,6 +126,10 @@ fn reserve_declares_its_ratelimit_fields_and_no_new_body_field() {
     let headers = &spec["paths"]["/v1/reserve"]["post"]["responses"]["200"]["headers"];
     for name in ["Retry-After", "RateLimit-Policy", "RateLimit"] {
         assert!(headers.get(name).is_some(), "{name} declared: {headers}");
+    }
+    let batch = &spec["paths"]["/v1/reserve/batch"]["post"]["responses"]["200"]["headers"];
+    for name in ["RateLimit-Policy", "RateLimit"] {
+        assert!(batch.get(name).is_some(), "{name} declared: {batch}");
     }
     let decision = &spec["components"]["schemas"]["Decision"]["properties"];
     assert!(decision.get("outcome").is_some(), "{decision}");

@@ -168,6 +168,11 @@ async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgP
     let answer = post_batch(&client, &replica.base, undecided).await;
     assert_eq!(answer.status(), 503, "nothing could be decided");
     assert!(answer.headers().contains_key("retry-after"));
+    assert_eq!(
+        answer.headers()["ratelimit-policy"],
+        "\"ppf\";q=100;w=3600, \"paced\";q=100;w=3600"
+    );
+    assert!(!answer.headers().contains_key("ratelimit"));
     assert!(started.elapsed() < Duration::from_secs(2));
 
     let started = Instant::now();
@@ -579,6 +584,13 @@ async fn a_batch_decides_what_it_can_while_the_store_is_out_of_reach(pool: PgPoo
         started.elapsed()
     );
     assert_eq!(answer.status(), 200);
+    // The policies of the quotas drawn on, and nothing left to tell: the
+    // store counted nothing.
+    assert_eq!(
+        answer.headers()["ratelimit-policy"],
+        "\"ppf\";q=100;w=3600, \"paced\";q=100;w=3600"
+    );
+    assert!(!answer.headers().contains_key("ratelimit"));
     assert_eq!(
         batch_outcomes(answer).await,
         [
