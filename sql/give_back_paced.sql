@@ -1,4 +1,4 @@
--- Give back to paced quota $1 what a group take (take_paced.sql) took and no
+-- Give back to paced quota $1 what a group take (take_paced_across.sql) took and no
 -- grant uses, in one statement: leases $7 freed, leases $8 handed to the flows
 -- $9 (one each; validity recomputed for the new holder from when the lease
 -- was taken), $4 tokens back to the bucket, never above its burst ($5: the

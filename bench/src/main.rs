@@ -57,7 +57,7 @@ struct Args {
     /// How long each arm runs (e.g. 10s).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     duration: Duration,
-    /// Budget-only quotas of the many-quotas arm; each request picks one at random.
+    /// Quotas of each many-quotas arm (budget-only, paced); each request picks one at random.
     #[arg(long, default_value_t = 1000)]
     quotas: usize,
     /// Ceiling of the over-demand check and of the observed quota.
@@ -196,6 +196,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = format!("{quotas} budget-only quotas, enforce");
     let many_quotas = reserve::arm(&load, &name, Stop::Elapsed, random_quota);
     let many_quotas = cpu::metered(pid, db, many_quotas).await?;
+    let spread = names.of("paced-spread-");
+    let random_quota = move || format!("{spread}{}", fastrand::usize(1..=quotas));
+    let name = format!("{quotas} paced quotas (never refusing)");
+    let many_paced = reserve::arm(&load, &name, Stop::Elapsed, random_quota);
+    let many_paced = cpu::metered(pid, db, many_paced).await?;
     let class = names.of("admit");
     let hot = admit::arm(&load, "admit, one hot caller", &class, || 0);
     let admit_hot = cpu::metered(pid, db, hot).await?;
@@ -231,6 +236,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cadence,
         in_flight,
         many_quotas,
+        many_paced,
         admit_hot,
         admit_spread,
         enqueue,
@@ -309,6 +315,8 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
     declare(store, &names.of("capped"), &capped, enforce).await?;
     declare(store, &names.of("paced"), &paced, enforce).await?;
     declare_many(store, &names.of("spread-"), args.quotas, &far, enforce).await?;
+    let paced_spread = names.of("paced-spread-");
+    declare_many(store, &paced_spread, args.quotas, &never_refusing, enforce).await?;
     declare(store, &names.of("pg-hot"), &far, None).await?;
     declare(store, &names.of("pg-claim"), &far, None).await?;
     declare_many(store, &names.of("pg-spread-"), args.quotas, &far, None).await?;

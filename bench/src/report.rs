@@ -13,6 +13,8 @@ pub struct Measured {
     pub cadence: Arm,
     pub in_flight: Arm,
     pub many_quotas: Arm,
+    /// The many-quotas arm on paced quotas (a cadence that never refuses).
+    pub many_paced: Arm,
     pub admit_hot: Arm,
     pub admit_spread: Arm,
     pub enqueue: Option<Arm>,
@@ -37,6 +39,7 @@ impl Measured {
             Some(&self.in_flight),
             self.bare_spread.as_ref(),
             Some(&self.many_quotas),
+            Some(&self.many_paced),
             Some(&self.admit_hot),
             Some(&self.admit_spread),
             self.enqueue.as_ref(),
@@ -97,6 +100,11 @@ impl Measured {
         targets.push(Target::times(
             &format!("{quotas} quotas / bare upsert, {quotas} rows"),
             rate(&self.many_quotas, self.bare_spread.as_ref()),
+            2.0,
+        ));
+        targets.push(Target::times(
+            &format!("{quotas} paced quotas / bare upsert, {quotas} rows"),
+            rate(&self.many_paced, self.bare_spread.as_ref()),
             2.0,
         ));
         let worst = self
@@ -264,6 +272,7 @@ mod tests {
             cadence: arm("cadence", 2_000.0, 65.0, true),
             in_flight: arm("in flight", 20_000.0, 9.0, true),
             many_quotas: arm("many", 32_000.0, 8.0, true),
+            many_paced: arm("many paced", 24_000.0, 8.0, true),
             admit_hot: arm("admit hot", 24_000.0, 5.0, true),
             admit_spread: arm("admit, 10000 callers", 16_000.0, 7.0, true),
             enqueue: None,
@@ -314,6 +323,11 @@ mod tests {
             ),
             ("claims / claim transaction", None, "n/a"),
             ("1000 quotas / bare upsert, 1000 rows", Some(2.0), "PASS"),
+            (
+                "1000 paced quotas / bare upsert, 1000 rows",
+                Some(1.5),
+                "MISS",
+            ),
             (
                 "p99 of every service arm (worst: claims)",
                 Some(500.0),

@@ -10,9 +10,10 @@
 //! so they carry full traffic) are grouped the same way: one statement spends
 //! the group's slots and each learns whether enforcement would have refused it.
 //!
-//! Paced quotas (a cadence, in-flight places or both) are grouped too: their
-//! statement also takes the group's cadence tokens and in-flight places, and
-//! the give-back returns unused tokens and frees unused places with the slots.
+//! Paced quotas (a cadence, in-flight places or both) are grouped too, across
+//! quotas as well: their statement also takes each quota's cadence tokens and
+//! in-flight places, and the give-back returns unused tokens and frees unused
+//! places with the slots.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +36,11 @@ struct Waiter {
     ask: Ask,
     /// The flow asking: the holder of the place it is granted.
     flow: String,
-    /// The quota it asks of: budget-only quotas share one queue.
-    quota: String,
+    /// The quota it asks of, as this request saw its limits: a quota's part
+    /// of a group is decided by its latest arrival's.
+    quota: QuotaRule,
+    /// When it joined, among every decision of this replica.
+    arrival: u64,
     reply: oneshot::Sender<Result<Reservation, StoreError>>,
 }
 
@@ -48,14 +52,18 @@ enum Mode {
     Observe,
 }
 
-/// Queues are keyed by quota and mode; enforced decisions on budget-only
-/// quotas, whatever their quota, share the queue keyed [`ACROSS_QUOTAS`].
-/// A group is decided by the quota's limits as its latest arrival saw them.
-type Queues = Gather<(String, Mode), QuotaRule, Waiter>;
+/// Which statement decides a queue's groups, whatever quotas they ask of:
+/// one that takes window slots only, or one that also takes cadence tokens
+/// and in-flight places.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    BudgetOnly,
+    Paced,
+}
 
-/// The key of the queue shared by every budget-only quota (not a valid quota
-/// name): one statement takes slots of all the quotas a group asks of.
-const ACROSS_QUOTAS: &str = "";
+/// Four queues, by kind of statement and mode; each group goes across
+/// quotas.
+type Queues = Gather<(Kind, Mode), (), Waiter>;
 
 #[derive(Clone)]
 pub struct Coalescer {
@@ -89,7 +97,7 @@ impl Coalescer {
             needs_place: rule.quota.max_in_flight.is_some(),
             rank: Rank::new(deadline, priority, arrival),
         };
-        self.join(rule, Mode::Enforce, ask).await
+        self.join(rule, Mode::Enforce, ask, arrival).await
     }
 
     /// Spends `slots` of `rule`'s quota regardless, together with whoever
@@ -97,31 +105,39 @@ impl Coalescer {
     /// done. Observed decisions take no in-flight place.
     pub async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, StoreError> {
         let ceiling = rule.quota.ceiling_for(rule.flow.priority);
-        self.join(rule, Mode::Observe, Ask::observed(slots, ceiling))
-            .await
+        let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        let ask = Ask::observed(slots, ceiling);
+        self.join(rule, Mode::Observe, ask, arrival).await
     }
 
-    async fn join(&self, rule: &Rule, mode: Mode, ask: Ask) -> Result<Reservation, StoreError> {
+    async fn join(
+        &self,
+        rule: &Rule,
+        mode: Mode,
+        ask: Ask,
+        arrival: u64,
+    ) -> Result<Reservation, StoreError> {
         let (reply, answer) = oneshot::channel();
         let waiter = Waiter {
             ask,
             flow: rule.flow.name.clone(),
-            quota: rule.quota.name.clone(),
+            quota: rule.quota.clone(),
+            arrival,
             reply,
         };
-        // Observed decisions take no in-flight place: only a cadence keeps
-        // them out of the statement shared across quotas.
-        let across = match mode {
+        // Observed decisions take no in-flight place: only a cadence makes
+        // theirs a paced statement.
+        let budget_only = match mode {
             Mode::Enforce => rule.quota.decided_by_window_alone(),
             Mode::Observe => rule.quota.cadence.is_none(),
         };
-        let queue_name = if across {
-            ACROSS_QUOTAS
+        let kind = if budget_only {
+            Kind::BudgetOnly
         } else {
-            &rule.quota.name
+            Kind::Paced
         };
-        let key = (queue_name.to_string(), mode);
-        if self.queues.join(key.clone(), rule.quota.clone(), waiter) {
+        let key = (kind, mode);
+        if self.queues.join(key, (), waiter) {
             // A task of its own: a caller that gives up must not stop the
             // group it was leading.
             tokio::spawn(self.clone().lead(key));
@@ -131,14 +147,14 @@ impl Coalescer {
             .unwrap_or_else(|_| Err(StoreError::Failed("coalescer stopped".into())))
     }
 
-    /// Decides the quota's queue, group after group, until it is empty.
-    async fn lead(self, key: (String, Mode)) {
-        while let Some((quota, mut group)) = self.queues.next_group(&key) {
-            let decided = match key.1 {
-                Mode::Enforce if key.0 == ACROSS_QUOTAS => self.decide_across(&mut group).await,
-                Mode::Enforce => self.decide_paced(&quota, &mut group).await,
-                Mode::Observe if key.0 == ACROSS_QUOTAS => self.observe_across(&mut group).await,
-                Mode::Observe => self.observe_paced(&quota, &mut group).await,
+    /// Decides the queue, group after group, until it is empty.
+    async fn lead(self, key: (Kind, Mode)) {
+        while let Some(((), mut group)) = self.queues.next_group(&key) {
+            let decided = match key {
+                (Kind::BudgetOnly, Mode::Enforce) => self.decide_across(&mut group).await,
+                (Kind::Paced, Mode::Enforce) => self.decide_paced(&mut group).await,
+                (Kind::BudgetOnly, Mode::Observe) => self.observe_across(&mut group).await,
+                (Kind::Paced, Mode::Observe) => self.observe_paced(&mut group).await,
             };
             if let Err(error) = decided {
                 // The group's statement failed: every waiter not answered yet
@@ -159,12 +175,12 @@ impl Coalescer {
     async fn observe_across(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
         let parts = ByQuota::of(group);
         let quota_asks: Vec<QuotaAsk> = parts
-            .quotas
+            .rules
             .iter()
             .zip(&parts.asks)
             .map(|(quota, asks)| {
                 let total = asks.iter().map(|a| a.slots).sum();
-                QuotaAsk::regardless(quota, total)
+                QuotaAsk::regardless(&quota.name, total)
             })
             .collect();
         let takes = self.store.take_slots_across(&quota_asks).await?;
@@ -195,17 +211,17 @@ impl Coalescer {
     /// before anyone hears a refusal.
     async fn decide_across(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
         let ByQuota {
-            quotas,
+            rules,
             members,
             asks,
         } = ByQuota::of(group);
-        let quota_asks: Vec<QuotaAsk> = quotas
+        let quota_asks: Vec<QuotaAsk> = rules
             .iter()
             .zip(&asks)
             .map(|(quota, asks)| {
                 let want = rationing::to_take(asks);
                 QuotaAsk {
-                    quota: quota.clone(),
+                    quota: quota.name.clone(),
                     wanted: want.slots,
                     ceiling: want.ceiling,
                     smallest: asks.iter().map(|a| a.slots).min().unwrap_or(0),
@@ -236,31 +252,62 @@ impl Coalescer {
         Ok(())
     }
 
-    /// A group on a paced quota: one statement takes its slots, tokens and
-    /// in-flight places; rationing shares them out (each granted ask that
-    /// needs a place holds one of the leases taken); what nobody uses goes
-    /// back in one statement before anyone hears a refusal.
-    async fn decide_paced(
+    /// Enforced decisions on paced quotas, whatever their quota: one
+    /// statement takes each quota's slots, tokens and in-flight places for
+    /// its part of the group; each part is then settled on its own.
+    async fn decide_paced(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
+        // In rationing order: the statement makes its leases for the first
+        // asks of each quota.
+        group.sort_by_key(|w| w.ask.rank);
+        let parts = ByQuota::of(group);
+        let flows: Vec<Vec<String>> = parts
+            .members
+            .iter()
+            .map(|members| members.iter().map(|&i| group[i].flow.clone()).collect())
+            .collect();
+        let slots: Vec<Vec<i64>> = parts.asks.iter().map(|asks| slots_of(asks)).collect();
+        let wanted: Vec<(&QuotaRule, PacedAsks)> = parts
+            .rules
+            .iter()
+            .zip(&parts.asks)
+            .zip(slots.iter().zip(&flows))
+            .map(|((quota, asks), (slots, flows))| {
+                let to_take = rationing::to_take(asks);
+                let asks = PacedAsks {
+                    slots,
+                    flows,
+                    ceiling: to_take.ceiling,
+                    need_places: to_take.places > 0,
+                };
+                (quota, asks)
+            })
+            .collect();
+        let takes = self.store.take_paced_across(&wanted, false).await?;
+        let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
+        for (part, take) in takes.into_iter().enumerate() {
+            let members = parts.members[part].iter();
+            let part_waiters = members.filter_map(|&i| waiters[i].take()).collect();
+            let (quota, asks) = (&parts.rules[part], &parts.asks[part]);
+            self.settle_paced(quota, part_waiters, asks, &flows[part], take)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// One quota's part of a paced group, once its take is known: rationing
+    /// shares the take out (each granted ask that needs a place holds one of
+    /// the leases taken); what nobody uses goes back in one statement before
+    /// anyone hears a refusal.
+    async fn settle_paced(
         &self,
         quota: &QuotaRule,
-        group: &mut Vec<Waiter>,
-    ) -> Result<(), sqlx::Error> {
-        // In rationing order: the statement makes its leases for the first asks.
-        group.sort_by_key(|w| w.ask.rank);
-        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
-        let slots: Vec<i64> = asks.iter().map(|a| a.slots).collect();
-        let flows: Vec<String> = group.iter().map(|w| w.flow.clone()).collect();
-        let to_take = rationing::to_take(&asks);
-        let wanted = PacedAsks {
-            slots: &slots,
-            flows: &flows,
-            ceiling: to_take.ceiling,
-            need_places: to_take.places > 0,
-            spend_regardless: false,
-        };
-        let take = self.store.take_paced_group(quota, &wanted).await?;
-        let sharing = rationing::share_out(&asks, paced_taken(&take));
-        let handout = hand_out(&take.leases, &flows, &sharing.place_holders);
+        waiters: Vec<Waiter>,
+        asks: &[Ask],
+        flows: &[String],
+        take: PacedTake,
+    ) {
+        let sharing = rationing::share_out(asks, paced_taken(&take));
+        let handout = hand_out(&take.leases, flows, &sharing.place_holders);
         let back = PacedGiveBack {
             slots: sharing.unused_slots,
             tokens: if quota.cadence.is_some() {
@@ -277,7 +324,7 @@ impl Coalescer {
         // on top of them.
         let spent = take.taken - sharing.unused_slots;
         let (mut abandoned_slots, mut abandoned_leases) = (0, Vec::new());
-        for (i, (waiter, refusal)) in group.drain(..).zip(sharing.refusals).enumerate() {
+        for (i, (waiter, refusal)) in waiters.into_iter().zip(sharing.refusals).enumerate() {
             let lease = handout.leases[i];
             let answer = match refusal {
                 Some(limit) => Ok(Reservation {
@@ -308,40 +355,51 @@ impl Coalescer {
         }
         self.undo_abandoned(&quota.name, window, abandoned_slots, abandoned_leases)
             .await;
-        Ok(())
     }
 
-    /// Observed decisions on a quota with a cadence: one statement spends
-    /// the group's slots regardless and its tokens as far as they go; each
-    /// waiter learns, in arrival order, which limit would have refused it.
-    async fn observe_paced(
-        &self,
-        quota: &QuotaRule,
-        group: &mut Vec<Waiter>,
-    ) -> Result<(), sqlx::Error> {
-        let asks: Vec<Ask> = group.iter().map(|w| w.ask).collect();
-        let slots: Vec<i64> = asks.iter().map(|a| a.slots).collect();
-        let wanted = PacedAsks {
-            slots: &slots,
-            flows: &[],
-            ceiling: rationing::to_take(&asks).ceiling,
-            need_places: false,
-            spend_regardless: true,
-        };
-        let take = self.store.take_paced_group(quota, &wanted).await?;
-        let limits = rationing::would_refuse(&asks, take.count_before, take.tokens());
-        let counts = rationing::counts_in_order(&asks, take.count_before);
-        for ((waiter, limit), count) in group.drain(..).zip(limits).zip(counts) {
-            // An observed decision shows only the limit, never when it lifts:
-            // each refusal says when its own tokens would be there alone.
-            let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, 0));
-            let _ = waiter.reply.send(Ok(Reservation {
-                clock: take.clock,
-                // Spent in arrival order, once the store counted them.
-                count_after: take.count_after.map(|_| count),
-                refusal,
-                lease: None,
-            }));
+    /// Observed decisions on quotas with a cadence, whatever their quota:
+    /// one statement spends each quota's slots regardless and its tokens as
+    /// far as they go; each waiter learns, in arrival order within its
+    /// quota, which limit would have refused it.
+    async fn observe_paced(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
+        let parts = ByQuota::of(group);
+        let slots: Vec<Vec<i64>> = parts.asks.iter().map(|asks| slots_of(asks)).collect();
+        let wanted: Vec<(&QuotaRule, PacedAsks)> = parts
+            .rules
+            .iter()
+            .zip(&parts.asks)
+            .zip(&slots)
+            .map(|((quota, asks), slots)| {
+                let asks = PacedAsks {
+                    slots,
+                    flows: &[],
+                    ceiling: rationing::to_take(asks).ceiling,
+                    need_places: false,
+                };
+                (quota, asks)
+            })
+            .collect();
+        let takes = self.store.take_paced_across(&wanted, true).await?;
+        let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
+        for ((members, asks), take) in parts.members.iter().zip(&parts.asks).zip(&takes) {
+            let limits = rationing::would_refuse(asks, take.count_before, take.tokens());
+            let counts = rationing::counts_in_order(asks, take.count_before);
+            for ((&i, limit), count) in members.iter().zip(limits).zip(counts) {
+                let Some(waiter) = waiters[i].take() else {
+                    continue;
+                };
+                // An observed decision shows only the limit, never when it
+                // lifts: each refusal says when its own tokens would be
+                // there alone.
+                let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, 0));
+                let _ = waiter.reply.send(Ok(Reservation {
+                    clock: take.clock,
+                    // Spent in arrival order, once the store counted them.
+                    count_after: take.count_after.map(|_| count),
+                    refusal,
+                    lease: None,
+                }));
+            }
         }
         Ok(())
     }
@@ -389,10 +447,11 @@ impl Coalescer {
 }
 
 /// A group shared across quotas, split by quota (in quota order, the order
-/// the statement locks their rows in): each quota's members, as indices into
-/// the group in arrival order, and their asks.
+/// the statements lock their rows in): each quota's limits as its latest
+/// arrival saw them, its members (indices into the group, in group order)
+/// and their asks.
 struct ByQuota {
-    quotas: Vec<String>,
+    rules: Vec<QuotaRule>,
     members: Vec<Vec<usize>>,
     asks: Vec<Vec<Ask>>,
 }
@@ -401,18 +460,26 @@ impl ByQuota {
     fn of(group: &[Waiter]) -> Self {
         let mut by_quota: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, waiter) in group.iter().enumerate() {
-            by_quota.entry(&waiter.quota).or_default().push(i);
+            by_quota.entry(&waiter.quota.name).or_default().push(i);
         }
-        let asks = by_quota
-            .values()
-            .map(|members| members.iter().map(|&i| group[i].ask).collect())
-            .collect();
+        let members: Vec<Vec<usize>> = by_quota.into_values().collect();
+        let latest = |members: &Vec<usize>| {
+            let arrived_last = members.iter().max_by_key(|&&i| group[i].arrival);
+            arrived_last.map(|&i| group[i].quota.clone())
+        };
         Self {
-            quotas: by_quota.keys().map(|q| q.to_string()).collect(),
-            members: by_quota.into_values().collect(),
-            asks,
+            rules: members.iter().filter_map(latest).collect(),
+            asks: members
+                .iter()
+                .map(|members| members.iter().map(|&i| group[i].ask).collect())
+                .collect(),
+            members,
         }
     }
+}
+
+fn slots_of(asks: &[Ask]) -> Vec<i64> {
+    asks.iter().map(|a| a.slots).collect()
 }
 
 /// What a group take on a paced quota took, as rationing reads it.

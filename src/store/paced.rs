@@ -1,8 +1,9 @@
-//! Paced quotas (a cadence, in-flight places or both): a group of asks takes
-//! budget slots, cadence tokens and in-flight places in one statement
-//! (`sql/take_paced.sql`), and what rationing says nobody uses goes back in
-//! one statement (`sql/give_back_paced.sql`). A grant gets its slots, its
-//! tokens and its place, or none of them.
+//! Paced quotas (a cadence, in-flight places or both): groups of asks, one
+//! per quota, take budget slots, cadence tokens and in-flight places in one
+//! statement across quotas (`sql/take_paced_across.sql`), and what rationing
+//! says nobody uses goes back in one statement per quota
+//! (`sql/give_back_paced.sql`). A grant gets its slots, its tokens and its
+//! place, or none of them.
 
 use super::{Lease, Refusal, Store, Take};
 use crate::catalog::QuotaRule;
@@ -23,8 +24,6 @@ pub struct PacedAsks<'a> {
     /// Every ask needs an in-flight place (enforced asks on a quota with
     /// `max_in_flight`).
     pub need_places: bool,
-    /// Observe mode: every slot is spent, tokens as far as they go, no place.
-    pub spend_regardless: bool,
 }
 
 /// A lease the take made, held for now by the flow of one of the asks.
@@ -84,6 +83,46 @@ impl PacedTake {
     }
 }
 
+/// The statement's parameters: one element per quota, the asks of them all
+/// end to end (a quota's are `slots[lo - 1..hi]`, SQL counting from 1).
+#[derive(Default)]
+struct PacedArrays {
+    quotas: Vec<String>,
+    lo: Vec<i32>,
+    hi: Vec<i32>,
+    ceilings: Vec<i64>,
+    need_places: Vec<bool>,
+    rates: Vec<Option<f64>>,
+    bursts: Vec<Option<f64>>,
+    adaptive: Vec<bool>,
+    slots: Vec<i64>,
+    flows: Vec<String>,
+}
+
+impl PacedArrays {
+    fn push(&mut self, quota: &QuotaRule, asks: &PacedAsks<'_>) {
+        let cadence = quota.cadence;
+        let lo = self.slots.len() + 1;
+        self.slots.extend_from_slice(asks.slots);
+        // Every ask has a flow, so that the slices line up.
+        let named = asks
+            .flows
+            .iter()
+            .cloned()
+            .chain(std::iter::repeat(String::new()));
+        self.flows.extend(named.take(asks.slots.len()));
+        self.quotas.push(quota.name.clone());
+        self.lo.push(i32::try_from(lo).unwrap_or(i32::MAX));
+        self.hi
+            .push(i32::try_from(self.slots.len()).unwrap_or(i32::MAX));
+        self.ceilings.push(asks.ceiling);
+        self.need_places.push(asks.need_places);
+        self.rates.push(cadence.map(|c| c.rate));
+        self.bursts.push(cadence.map(|c| c.burst));
+        self.adaptive.push(cadence.is_some_and(|c| c.adaptive));
+    }
+}
+
 /// What goes back after a group take.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PacedGiveBack<'a> {
@@ -103,55 +142,83 @@ impl PacedGiveBack<'_> {
 }
 
 impl Store {
-    /// One statement for a group of asks on a paced quota: slots, tokens and
-    /// places taken together, shared out by the caller.
+    /// One statement for groups of asks on paced quotas, one group per
+    /// quota (`spend_regardless`: observe mode, every slot spent, tokens as
+    /// far as they go, no place). Answers each group's take, in the order of
+    /// `groups`; the caller shares each out.
+    pub async fn take_paced_across(
+        &self,
+        groups: &[(&QuotaRule, PacedAsks<'_>)],
+        spend_regardless: bool,
+    ) -> Result<Vec<PacedTake>, sqlx::Error> {
+        let mut arrays = PacedArrays::default();
+        for (quota, asks) in groups {
+            arrays.push(quota, asks);
+        }
+        let rows = sqlx::query_file!(
+            "sql/take_paced_across.sql",
+            &arrays.quotas,
+            &arrays.lo,
+            &arrays.hi,
+            &arrays.ceilings,
+            &arrays.need_places,
+            &arrays.rates as &[Option<f64>],
+            &arrays.bursts as &[Option<f64>],
+            &arrays.adaptive,
+            &arrays.slots,
+            &arrays.flows,
+            spend_regardless
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut takes: Vec<Option<PacedTake>> = vec![None; groups.len()];
+        for row in rows {
+            let leases = row
+                .lease_ids
+                .iter()
+                .zip(&row.lease_valid_until)
+                .zip(&row.lease_asks)
+                .map(|((&id, &valid_until), &ask)| LabelledLease {
+                    lease: Lease { id, valid_until },
+                    // Ordinalities count from 1.
+                    ask: usize::try_from(ask - 1).unwrap_or_default(),
+                })
+                .collect();
+            let take = PacedTake {
+                clock: clock_reading!(row),
+                count_before: row.count_before,
+                count_after: row.count_after,
+                taken: row.taken,
+                slots_bound_by: if row.tokens_bound {
+                    Limit::Cadence
+                } else if row.places_bound {
+                    Limit::InFlight
+                } else {
+                    Limit::Budget
+                },
+                leases,
+                first_lease_expiry: row.first_lease_expiry,
+                bucket: row.tokens.zip(row.rate),
+            };
+            let index = usize::try_from(row.quota_index - 1).unwrap_or(usize::MAX);
+            if let Some(slot) = takes.get_mut(index) {
+                *slot = Some(take);
+            }
+        }
+        takes
+            .into_iter()
+            .map(|take| take.ok_or_else(|| sqlx::Error::RowNotFound))
+            .collect()
+    }
+
+    /// An enforced group of asks on one paced quota alone (a claim's lane).
     pub async fn take_paced_group(
         &self,
         quota: &QuotaRule,
         asks: &PacedAsks<'_>,
     ) -> Result<PacedTake, sqlx::Error> {
-        let cadence = quota.cadence;
-        let row = sqlx::query_file!(
-            "sql/take_paced.sql",
-            quota.name,
-            asks.slots,
-            asks.flows,
-            asks.ceiling,
-            asks.need_places,
-            cadence.map(|c| c.rate),
-            cadence.map(|c| c.burst),
-            cadence.is_some_and(|c| c.adaptive),
-            asks.spend_regardless
-        )
-        .fetch_one(self.pool())
-        .await?;
-        let leases = row
-            .lease_ids
-            .iter()
-            .zip(&row.lease_valid_until)
-            .zip(&row.lease_asks)
-            .map(|((&id, &valid_until), &ask)| LabelledLease {
-                lease: Lease { id, valid_until },
-                // Ordinalities count from 1.
-                ask: usize::try_from(ask - 1).unwrap_or_default(),
-            })
-            .collect();
-        Ok(PacedTake {
-            clock: clock_reading!(row),
-            count_before: row.count_before,
-            count_after: row.count_after,
-            taken: row.taken,
-            slots_bound_by: if row.tokens_bound {
-                Limit::Cadence
-            } else if row.places_bound {
-                Limit::InFlight
-            } else {
-                Limit::Budget
-            },
-            leases,
-            first_lease_expiry: row.first_lease_expiry,
-            bucket: row.tokens.zip(row.rate),
-        })
+        let mut takes = self.take_paced_across(&[(quota, *asks)], false).await?;
+        takes.pop().ok_or(sqlx::Error::RowNotFound)
     }
 
     /// Gives back to `quota`'s window `window_start`, its bucket and its
@@ -198,7 +265,6 @@ impl Store {
             flows: &[],
             ceiling,
             need_places: false,
-            spend_regardless: false,
         };
         let take = self.take_paced_group(quota, &asks).await?;
         Ok(Take {

@@ -105,7 +105,6 @@ async fn concurrent_group_takes_never_keep_more_tokens_than_the_bucket_refilled(
                     flows: &[],
                     ceiling: quota.hourly_ceiling,
                     need_places: false,
-                    spend_regardless: false,
                 };
                 let take = store.take_paced_group(&quota, &asks).await.unwrap();
                 let smallest = *slots.iter().min().unwrap();
@@ -160,7 +159,6 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
         flows: &flows,
         ceiling: quota.hourly_ceiling,
         need_places: true,
-        spend_regardless: false,
     };
     let full = store.take_paced_group(&quota, &five).await.unwrap();
     assert_eq!(
@@ -195,7 +193,6 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
                     flows: &flows,
                     ceiling: quota.hourly_ceiling,
                     need_places: true,
-                    spend_regardless: false,
                 };
                 let take = store.take_paced_group(&quota, &asks).await.unwrap();
                 assert_eq!(
@@ -257,7 +254,6 @@ async fn a_give_back_never_fills_the_bucket_past_its_burst(pool: PgPool) {
         flows: &[],
         ceiling: 1000,
         need_places: false,
-        spend_regardless: false,
     };
     let take = store.take_paced_group(&quota, &asks).await.unwrap();
     assert_eq!(take.taken, 2);
@@ -752,4 +748,135 @@ async fn a_refusal_names_the_limit_that_refused_not_the_places_it_did_not_take(p
     assert_eq!(refused.outcome, Outcome::Deferred);
     assert_eq!(refused.limit, Some(quota_arbiter::decision::Limit::Cadence));
     assert!(refused.retry_after_seconds.unwrap() > 60, "{refused:?}");
+}
+
+/// Concurrent decisions on several paced quotas share group statements
+/// across quotas: each quota is still held to its own limits, whatever the
+/// others in the same statement asked or had (slices or answers of one
+/// quota read for another would show here).
+#[sqlx::test]
+async fn concurrent_decisions_across_paced_quotas_hold_each_to_its_own_limits(pool: PgPool) {
+    // (quota, ceiling, limits, flow, mode, requests, grants, refused by)
+    let quotas = [
+        (
+            "ca",
+            100,
+            "rate = 0.01, burst = 3, adaptive = false",
+            "fa",
+            "enforce",
+            5,
+            3,
+            "cadence",
+        ),
+        (
+            "cb",
+            100,
+            "rate = 0.01, burst = 6, adaptive = false",
+            "fb",
+            "enforce",
+            8,
+            6,
+            "cadence",
+        ),
+        (
+            "pa",
+            100,
+            "max_in_flight = 2",
+            "fp",
+            "enforce",
+            4,
+            2,
+            "in_flight",
+        ),
+        (
+            "pb",
+            3,
+            "max_in_flight = 4",
+            "fq",
+            "enforce",
+            5,
+            3,
+            "budget",
+        ),
+        (
+            "oa",
+            100,
+            "rate = 0.01, burst = 2, adaptive = false",
+            "fo",
+            "observe",
+            4,
+            4,
+            "cadence",
+        ),
+        (
+            "ob",
+            100,
+            "rate = 0.01, burst = 5, adaptive = false",
+            "fr",
+            "observe",
+            3,
+            3,
+            "none",
+        ),
+    ];
+    for (quota, ceiling, limits, flow, mode, ..) in quotas {
+        create_flow(&pool, quota, ceiling, flow, mode).await;
+        set_limits(&pool, quota, limits).await;
+    }
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let callers: Vec<_> = quotas
+        .iter()
+        .flat_map(|&(quota, _, _, flow, _, n, ..)| std::iter::repeat_n((quota, flow), n))
+        .map(|(quota, flow)| {
+            let app = app.clone();
+            tokio::spawn(async move { (quota, app.reserve(json!({"flow": flow})).await) })
+        })
+        .collect();
+    let mut decided = std::collections::HashMap::<&str, Vec<Decision>>::new();
+    for caller in callers {
+        let (quota, decision) = caller.await.unwrap();
+        assert_eq!(decision.quota.as_deref(), Some(quota), "{decision:?}");
+        decided.entry(quota).or_default().push(decision);
+    }
+    for (quota, _, _, _, mode, n, grants, refused_by) in quotas {
+        let decisions = &decided[quota];
+        let granted: Vec<&Decision> = decisions
+            .iter()
+            .filter(|d| d.outcome == Outcome::Granted)
+            .collect();
+        assert_eq!(granted.len(), grants, "{quota}: {decisions:?}");
+        let refusals: HashSet<String> = decisions
+            .iter()
+            .filter(|d| d.outcome == Outcome::Deferred || d.would_defer)
+            .map(|d| {
+                serde_json::to_value(d.limit)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let expected: HashSet<String> = match (n - grants, mode) {
+            (0, "enforce") | (_, "observe") if refused_by == "none" => HashSet::new(),
+            _ => HashSet::from([refused_by.to_string()]),
+        };
+        assert_eq!(refusals, expected, "{quota}: {decisions:?}");
+        let counted = current_count(&pool, quota).await;
+        assert_eq!(
+            counted, grants as i64,
+            "{quota}: every grant counted, nothing else"
+        );
+        let leased = granted.iter().filter(|d| d.lease_id.is_some()).count();
+        let places = if quota.starts_with('p') { grants } else { 0 };
+        assert_eq!(
+            leased, places,
+            "{quota}: a place per grant, where there are places"
+        );
+    }
+    assert_eq!(live_leases(&pool, "pa").await, 2);
+    assert_eq!(
+        live_leases(&pool, "pb").await,
+        3,
+        "refused asks hold no place"
+    );
 }
