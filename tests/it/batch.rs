@@ -8,7 +8,9 @@ use quota_arbiter::http::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, eventually, pin_clock, set_limits, TestApp};
+use crate::helpers::{
+    create_flow, current_count, eventually, header_once, pin_clock, set_limits, TestApp,
+};
 
 async fn db_now(pool: &PgPool) -> DateTime<Utc> {
     sqlx::query_scalar("SELECT arbiter_now()")
@@ -499,12 +501,7 @@ async fn ratelimit_fields_name_each_quota_drawn_on_with_its_tightest_item(pool: 
     ]});
     let response = app.post_batch(items).await;
     assert_eq!(response.status(), 200);
-    let field = |name: &str| {
-        let mut values = response.headers().get_all(name).iter();
-        let value = values.next().map(|v| v.to_str().unwrap().to_string());
-        assert!(values.next().is_none(), "{name} given once at most");
-        value
-    };
+    let field = |name: &str| header_once(&response, name);
     let (policy, ratelimit) = (field("ratelimit-policy"), field("ratelimit"));
     assert_eq!(field("retry-after"), None, "each item has its own");
     let decisions: Value = response.json().await.unwrap();

@@ -141,6 +141,14 @@ pub async fn batch_outcomes(answer: reqwest::Response) -> Vec<String> {
 }
 
 /// The Prometheus text a server exposes at `/metrics`.
+/// The value of the header `name`, checked to be given once at most.
+pub fn header_once(response: &reqwest::Response, name: &str) -> Option<String> {
+    let mut values = response.headers().get_all(name).iter();
+    let value = values.next().map(|v| v.to_str().unwrap().to_string());
+    assert!(values.next().is_none(), "{name} given once at most");
+    value
+}
+
 pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
     client
         .get(format!("{base}/metrics"))

@@ -824,15 +824,21 @@ async fn concurrent_decisions_across_paced_quotas_hold_each_to_its_own_limits(po
         set_limits(&pool, quota, limits).await;
     }
     let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let mut decided = std::collections::HashMap::<&str, Vec<Decision>>::new();
+    // One request each first, so that the concurrent ones find window rows
+    // with counts of their own (the upsert's conflict path).
+    for (quota, _, _, flow, ..) in quotas {
+        let decision = app.reserve(json!({"flow": flow})).await;
+        decided.entry(quota).or_default().push(decision);
+    }
     let callers: Vec<_> = quotas
         .iter()
-        .flat_map(|&(quota, _, _, flow, _, n, ..)| std::iter::repeat_n((quota, flow), n))
+        .flat_map(|&(quota, _, _, flow, _, n, ..)| std::iter::repeat_n((quota, flow), n - 1))
         .map(|(quota, flow)| {
             let app = app.clone();
             tokio::spawn(async move { (quota, app.reserve(json!({"flow": flow})).await) })
         })
         .collect();
-    let mut decided = std::collections::HashMap::<&str, Vec<Decision>>::new();
     for caller in callers {
         let (quota, decision) = caller.await.unwrap();
         assert_eq!(decision.quota.as_deref(), Some(quota), "{decision:?}");

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, eventually, lock_window, pin_clock, set_limits, sync_and_invoice,
-    TestApp,
+    create_flow, current_count, eventually, header_once, lock_window, pin_clock, set_limits,
+    sync_and_invoice, TestApp,
 };
 
 #[sqlx::test]
@@ -583,12 +583,7 @@ impl Fielded {
 async fn reserve_fielded(app: &TestApp, body: Value) -> Fielded {
     let response = app.post_reserve(body).await;
     assert_eq!(response.status(), 200);
-    let header = |name: &str| {
-        let mut values = response.headers().get_all(name).iter();
-        let value = values.next().map(|v| v.to_str().unwrap().to_string());
-        assert!(values.next().is_none(), "{name} given once at most");
-        value
-    };
+    let header = |name: &str| header_once(&response, name);
     let (policy, ratelimit) = (header("ratelimit-policy"), header("ratelimit"));
     let retry_after = header("retry-after").map(|s| s.parse().unwrap());
     Fielded {
