@@ -1,208 +1,26 @@
--- Takes for groups of asks on paced quotas (a cadence, in-flight places or
--- both), one group per quota, in one statement (docs/design.md §8). Quota i
--- of $1 asks $9[$2[i]:$3[i]] (each ask's slots, in rationing order) for the
--- flows $10[$2[i]:$3[i]], against the highest ceiling $4[i] among them;
--- $5[i]: every ask needs an in-flight place; cadence rate $6[i] tokens/s and
--- burst $7[i] (NULL: no cadence), both scaled by the adaptive factor when
--- $8[i]; buckets and factors are brought up to now lazily, from elapsed
--- database time.
---
--- Locks every bucket row first, in quota order (before any window row, as
--- every statement of a quota does), then up to one free place per ask of each
--- quota (SKIP LOCKED: it never waits for a place; an expired lease is free),
--- then the window rows in quota order in the conditional upsert; two such
--- statements, or one and a budget-only take across quotas, wait for each
--- other in that one order and never deadlock.
--- Each quota's take is t = least(k, floor(tokens), ceiling - count, what the
--- places taken can carry), or 0 when t cannot carry even its smallest ask;
--- t tokens are spent and a lease (an unguessable id, valid for twice its
--- flow's average hold time, 5-60 s, 30 s before any history) is made on each
--- place that an ask fitting in t may use, labelled with the flows of the
--- first asks. The caller shares each t out (rationing) and gives back what
--- nobody uses (give_back_paced.sql).
---
--- $11 = true (observe mode): every slot is spent regardless, tokens as far as
--- they go, no place is leased; "tokens" says how far they went.
--- One row per quota, `quota_index` its position in $1 (from 1); lease asks
--- count from 1 within the quota's own asks.
-WITH clock AS (
-    SELECT arbiter_now()                  AS now,
-           window_start_of(arbiter_now()) AS window_start,
-           window_end_of(arbiter_now())   AS window_end
-), quotas AS (
-    SELECT q.qi, q.quota, q.lo, q.hi, q.ceiling, q.need_places AND NOT $11::boolean AS need_places,
-           q.rate, q.burst, q.adaptive
-    FROM unnest($1::text[], $2::integer[], $3::integer[], $4::bigint[], $5::boolean[],
-                $6::float8[], $7::float8[], $8::boolean[])
-         WITH ORDINALITY AS q (quota, lo, hi, ceiling, need_places, rate, burst, adaptive, qi)
-), asks AS (
-    SELECT q.qi, (n - q.lo + 1)::bigint AS ord, ($9::bigint[])[n] AS slots, ($10::text[])[n] AS flow
-    FROM quotas q, generate_series(q.lo, q.hi) AS n
-), asked AS (
-    SELECT q.qi, coalesce(sum(a.slots), 0)::bigint AS total, coalesce(min(a.slots), 0) AS smallest
-    FROM quotas q LEFT JOIN asks a ON a.qi = q.qi
-    GROUP BY q.qi
-), bucket AS (
-    SELECT q.qi, b.tokens, b.refilled_at,
-           CASE WHEN q.adaptive THEN recovered_factor(b.factor, b.factor_at) ELSE 1.0 END AS factor
-    FROM quota_bucket b
-    JOIN quotas q ON q.quota = b.quota
-    WHERE q.rate IS NOT NULL
-    ORDER BY b.quota
-    FOR UPDATE OF b
-), available AS (
-    SELECT e.qi, e.rate, e.burst, e.factor,
-           least(e.burst, e.tokens + e.rate * greatest(0, extract(epoch FROM c.now - e.refilled_at))) AS tokens
-    FROM (SELECT k.qi, greatest(0.01, q.rate * k.factor) AS rate, greatest(1.0, q.burst * k.factor) AS burst,
-                 k.factor, k.tokens, k.refilled_at
-          FROM bucket k JOIN quotas q ON q.qi = k.qi) e, clock c
-), free AS (
-    -- Never leased, or expired (quota_place_free_from is the index).
-    SELECT q.qi, f.place
-    FROM quotas q,
-    LATERAL (
-        SELECT s.place
-        FROM quota_place s
-        WHERE s.quota = q.quota AND q.need_places
-          AND coalesce(s.valid_until, '-infinity') <= (SELECT now FROM clock)
-          -- Evaluated before the first place is locked: the buckets come first.
-          AND (SELECT count(*) FROM available) >= 0
-        ORDER BY coalesce(s.valid_until, '-infinity')
-        LIMIT q.hi - q.lo + 1
-        FOR UPDATE OF s SKIP LOCKED
-    ) AS f
-), places AS (
-    SELECT q.qi, count(f.place) AS free
-    FROM quotas q LEFT JOIN free f ON f.qi = q.qi
-    GROUP BY q.qi
-), bounds AS (
-    SELECT q.qi, q.quota, q.ceiling, k.total, k.smallest,
-           -- A cadence whose bucket is gone (the quota just lost it) grants nothing
-           -- until the catalog says so.
-           CASE WHEN q.rate IS NULL THEN k.total
-                ELSE coalesce(floor(a.tokens)::bigint, 0) END AS tokens,
-           -- With a place per ask, p places carry at most the p largest asks.
-           CASE WHEN q.need_places
-                THEN (SELECT coalesce(sum(l.slots), 0)::bigint
-                      FROM (SELECT x.slots FROM asks x WHERE x.qi = q.qi
-                            ORDER BY x.slots DESC LIMIT p.free) l)
-                ELSE k.total END AS carried
-    FROM quotas q
-    JOIN asked k ON k.qi = q.qi
-    JOIN places p ON p.qi = q.qi
-    LEFT JOIN available a ON a.qi = q.qi
-), want AS (
-    SELECT b.qi, b.quota, b.smallest,
-           CASE WHEN $11::boolean THEN b.total
-                WHEN least(b.total, b.tokens, b.carried, b.ceiling) < b.smallest THEN 0
-                ELSE least(b.total, b.tokens, b.carried, b.ceiling) END AS slots
-    FROM bounds b
-), reserved AS (
-    INSERT INTO quota_window AS w (quota, window_start, count, last_take)
-    SELECT h.quota, c.window_start, h.slots, h.slots
-    FROM want h, clock c
-    WHERE h.slots >= 1
-    ORDER BY h.quota
-    ON CONFLICT (quota, window_start) DO UPDATE
-        SET count     = w.count + CASE WHEN $11::boolean THEN EXCLUDED.count
-                                       ELSE least(EXCLUDED.count,
-                                                  ($4::bigint[])[array_position($1::text[], w.quota)] - w.count) END,
-            last_take = CASE WHEN $11::boolean THEN EXCLUDED.count
-                             ELSE least(EXCLUDED.count,
-                                        ($4::bigint[])[array_position($1::text[], w.quota)] - w.count) END
-        -- Room for the smallest ask at least, else nothing is taken.
-        WHERE $11::boolean
-           OR w.count + (SELECT h.smallest FROM want h WHERE h.quota = w.quota)
-              <= ($4::bigint[])[array_position($1::text[], w.quota)]
-    RETURNING w.quota, w.count, w.last_take
-), spent AS (
-    UPDATE quota_bucket b
-    -- now() is when this transaction started, possibly before a concurrent
-    -- reservation that held the lock first: never move the refill clock back,
-    -- or the time in between would be refilled twice.
-    SET tokens = greatest(0, a.tokens - r.last_take),
-        refilled_at = greatest(b.refilled_at, c.now),
-        factor = a.factor, factor_at = greatest(b.factor_at, c.now)
-    FROM available a
-    JOIN quotas q ON q.qi = a.qi
-    JOIN reserved r ON r.quota = q.quota
-    CROSS JOIN clock c
-    WHERE b.quota = q.quota
-    RETURNING b.tokens
-), fitting AS (
-    -- How many asks t can carry at most: the smallest ones first.
-    SELECT s.qi, count(*) AS asks
-    FROM (SELECT a.qi, sum(a.slots) OVER (PARTITION BY a.qi ORDER BY a.slots, a.ord) AS running
-          FROM asks a) s
-    JOIN quotas q ON q.qi = s.qi
-    JOIN reserved r ON r.quota = q.quota
-    WHERE s.running <= r.last_take
-    GROUP BY s.qi
-), holders AS (
-    SELECT f.qi, f.place, a.flow, a.ord,
-           -- (greatest/least skip NULLs, hence the explicit CASE.)
-           CASE WHEN d.avg_seconds IS NULL THEN 30
-                ELSE least(60, greatest(5, 2 * d.avg_seconds)) END AS seconds
-    FROM (SELECT qi, place, row_number() OVER (PARTITION BY qi ORDER BY place) AS n FROM free) f
-    JOIN asks a ON a.qi = f.qi AND a.ord = f.n
-    JOIN fitting t ON t.qi = f.qi
-    LEFT JOIN flow_lease_duration d ON d.flow = a.flow
-    WHERE f.n <= t.asks
-), leased AS (
-    UPDATE quota_place s
-    SET lease_id = new_lease_id(), flow = h.flow, taken_at = c.now,
-        valid_until = c.now + make_interval(secs => h.seconds)
-    FROM holders h
-    JOIN quotas q ON q.qi = h.qi
-    CROSS JOIN clock c
-    WHERE s.quota = q.quota AND s.place = h.place
-    RETURNING h.qi, s.lease_id, s.valid_until, h.ord
-), leases AS (
-    SELECT l.qi, array_agg(l.lease_id ORDER BY l.ord) AS ids,
-           array_agg(l.valid_until ORDER BY l.ord) AS valid_until,
-           array_agg(l.ord ORDER BY l.ord) AS asks, min(l.valid_until) AS first_expiry
-    FROM leased l
-    GROUP BY l.qi
-), before AS (
-    -- The count each take started from; when nothing was taken, the window
-    -- as this statement saw it, to explain the refusal only.
-    SELECT q.qi, coalesce(r.count - r.last_take, w.count, 0) AS count
-    FROM quotas q
-    CROSS JOIN clock c
-    LEFT JOIN reserved r ON r.quota = q.quota
-    LEFT JOIN quota_window w ON w.quota = q.quota AND w.window_start = c.window_start
-)
-SELECT q.qi                                             AS "quota_index!",
-       c.window_start                                   AS "window_start!",
-       c.window_end                                     AS "window_end!",
-       c.now                                            AS "db_now!",
-       o.count                                          AS "count_before!",
-       r.count                                          AS "count_after?",
-       coalesce(r.last_take, 0)                         AS "taken!",
-       -- Which limit stopped the take short of what was asked: the tokens when
-       -- the window had room for more (a full window outranks missing tokens:
-       -- the tokens come back sooner).
-       coalesce(q.rate IS NOT NULL AND NOT $11::boolean
-                AND coalesce(floor(a.tokens), 0) < least(b.total, q.ceiling - o.count),
-                false)                                  AS "tokens_bound!",
-       -- Or the free places, when they carried less than the window and the
-       -- tokens allowed (a place frees when its lease ends).
-       b.carried < least(b.total, b.tokens, q.ceiling - o.count) AS "places_bound!",
-       a.tokens                                         AS "tokens?",
-       a.rate                                           AS "rate?",
-       coalesce(l.ids, '{}')                            AS "lease_ids!",
-       coalesce(l.valid_until, '{}')                    AS "lease_valid_until!",
-       coalesce(l.asks, '{}')                           AS "lease_asks!",
-       -- When the first lease expires: the earliest a place frees by itself.
-       least((SELECT coalesce(s.valid_until, '-infinity') FROM quota_place s
-              WHERE s.quota = q.quota AND coalesce(s.valid_until, '-infinity') > c.now
-              ORDER BY coalesce(s.valid_until, '-infinity') LIMIT 1),
-             l.first_expiry)                            AS "first_lease_expiry?"
-FROM quotas q
-CROSS JOIN clock c
-JOIN before o ON o.qi = q.qi
-JOIN bounds b ON b.qi = q.qi
-LEFT JOIN available a ON a.qi = q.qi
-LEFT JOIN reserved r ON r.quota = q.quota
-LEFT JOIN leases l ON l.qi = q.qi
-ORDER BY q.qi
+-- Takes for groups of asks on paced quotas, one group per quota, in one
+-- statement: take_paced_across() (migration 20261130000021, where the
+-- statement and its description live). Quota i of $1 asks $9[$2[i]:$3[i]]
+-- (slots, in rationing order) for the flows $10[$2[i]:$3[i]], against the
+-- highest ceiling $4[i] among them; $5[i]: every ask needs an in-flight
+-- place; cadence rate $6[i] and burst $7[i] (NULL: none), adaptive when
+-- $8[i]; $11: observe mode. One row per quota, `quota_index` its position in
+-- $1 (from 1).
+SELECT t.o_quota_index        AS "quota_index!",
+       t.o_window_start       AS "window_start!",
+       t.o_window_end         AS "window_end!",
+       t.o_db_now             AS "db_now!",
+       t.o_count_before       AS "count_before!",
+       t.o_count_after        AS "count_after?",
+       t.o_taken              AS "taken!",
+       t.o_tokens_bound       AS "tokens_bound!",
+       t.o_places_bound       AS "places_bound!",
+       t.o_tokens             AS "tokens?",
+       t.o_rate               AS "rate?",
+       t.o_lease_ids          AS "lease_ids!",
+       t.o_lease_valid_until  AS "lease_valid_until!",
+       t.o_lease_asks         AS "lease_asks!",
+       t.o_first_lease_expiry AS "first_lease_expiry?"
+FROM take_paced_across($1::text[], $2::integer[], $3::integer[], $4::bigint[],
+                       $5::boolean[], $6::float8[], $7::float8[], $8::boolean[],
+                       $9::bigint[], $10::text[], $11::boolean) AS t
