@@ -9,7 +9,7 @@ use std::time::Duration;
 use quota_arbiter::config::{Config, Secret};
 use quota_arbiter::decision::Decision;
 use quota_arbiter::startup::Application;
-use serde_json::Value;
+use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -141,6 +141,26 @@ pub async fn batch_outcomes(answer: reqwest::Response) -> Vec<String> {
 }
 
 /// The Prometheus text a server exposes at `/metrics`.
+/// One caller per (quota, flow), all at once: each decision with the quota
+/// it was asked of, in the order given.
+pub async fn reserve_all_at_once(
+    app: &Arc<TestApp>,
+    asks: impl IntoIterator<Item = (&'static str, &'static str)>,
+) -> Vec<(&'static str, Decision)> {
+    let callers: Vec<_> = asks
+        .into_iter()
+        .map(|(quota, flow)| {
+            let app = app.clone();
+            tokio::spawn(async move { (quota, app.reserve(json!({"flow": flow})).await) })
+        })
+        .collect();
+    let mut decided = Vec::new();
+    for caller in callers {
+        decided.push(caller.await.expect("the caller finished"));
+    }
+    decided
+}
+
 /// The value of the header `name`, checked to be given once at most.
 pub fn header_once(response: &reqwest::Response, name: &str) -> Option<String> {
     let mut values = response.headers().get_all(name).iter();

@@ -16,7 +16,7 @@ use sqlx::PgPool;
 
 use crate::helpers::{
     batch_outcomes, create_flow, current_count, eventually, hold_time_samples, pin_clock,
-    set_limits, sync_and_invoice, TestApp,
+    reserve_all_at_once, set_limits, sync_and_invoice, TestApp,
 };
 use crate::work::enqueue_n;
 
@@ -831,16 +831,10 @@ async fn concurrent_decisions_across_paced_quotas_hold_each_to_its_own_limits(po
         let decision = app.reserve(json!({"flow": flow})).await;
         decided.entry(quota).or_default().push(decision);
     }
-    let callers: Vec<_> = quotas
+    let asks = quotas
         .iter()
-        .flat_map(|&(quota, _, _, flow, _, n, ..)| std::iter::repeat_n((quota, flow), n - 1))
-        .map(|(quota, flow)| {
-            let app = app.clone();
-            tokio::spawn(async move { (quota, app.reserve(json!({"flow": flow})).await) })
-        })
-        .collect();
-    for caller in callers {
-        let (quota, decision) = caller.await.unwrap();
+        .flat_map(|&(quota, _, _, flow, _, n, ..)| std::iter::repeat_n((quota, flow), n - 1));
+    for (quota, decision) in reserve_all_at_once(&app, asks).await {
         assert_eq!(decision.quota.as_deref(), Some(quota), "{decision:?}");
         decided.entry(quota).or_default().push(decision);
     }

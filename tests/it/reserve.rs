@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, eventually, header_once, lock_window, pin_clock, set_limits,
-    sync_and_invoice, TestApp,
+    create_flow, current_count, eventually, header_once, lock_window, pin_clock,
+    reserve_all_at_once, set_limits, sync_and_invoice, TestApp,
 };
 
 #[sqlx::test]
@@ -162,16 +162,10 @@ async fn concurrent_observations_across_quotas_count_and_flag_each_quota_alone(p
     let mut flagged = std::collections::HashMap::<&str, usize>::new();
     // Two waves: the second's groups start from counts that differ by quota.
     for _ in 0..2 {
-        let callers: Vec<_> = quotas
+        let asks = quotas
             .iter()
-            .flat_map(|&(quota, _, flow, n)| std::iter::repeat_n((quota, flow), n))
-            .map(|(quota, flow)| {
-                let app = app.clone();
-                tokio::spawn(async move { (quota, app.reserve(json!({"flow": flow})).await) })
-            })
-            .collect();
-        for caller in callers {
-            let (quota, decision) = caller.await.unwrap();
+            .flat_map(|&(quota, _, flow, n)| std::iter::repeat_n((quota, flow), n));
+        for (quota, decision) in reserve_all_at_once(&app, asks).await {
             assert_eq!(decision.outcome, Outcome::Granted, "{quota}: {decision:?}");
             assert_eq!(decision.quota.as_deref(), Some(quota));
             *flagged.entry(quota).or_default() += usize::from(decision.would_defer);
