@@ -265,23 +265,8 @@ impl Coalescer {
             .iter()
             .map(|members| members.iter().map(|&i| group[i].flow.clone()).collect())
             .collect();
-        let slots: Vec<Vec<i64>> = parts.asks.iter().map(|asks| slots_of(asks)).collect();
-        let wanted: Vec<(&QuotaRule, PacedAsks)> = parts
-            .rules
-            .iter()
-            .zip(&parts.asks)
-            .zip(slots.iter().zip(&flows))
-            .map(|((quota, asks), (slots, flows))| {
-                let to_take = rationing::to_take(asks);
-                let asks = PacedAsks {
-                    slots,
-                    flows,
-                    ceiling: to_take.ceiling,
-                    need_places: to_take.places > 0,
-                };
-                (quota, asks)
-            })
-            .collect();
+        let slots = parts.slots();
+        let wanted = parts.paced_asks(&slots, &flows);
         let takes = self.store.take_paced_across(&wanted, false).await?;
         let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
         for (part, take) in takes.into_iter().enumerate() {
@@ -363,22 +348,9 @@ impl Coalescer {
     /// quota, which limit would have refused it.
     async fn observe_paced(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
         let parts = ByQuota::of(group);
-        let slots: Vec<Vec<i64>> = parts.asks.iter().map(|asks| slots_of(asks)).collect();
-        let wanted: Vec<(&QuotaRule, PacedAsks)> = parts
-            .rules
-            .iter()
-            .zip(&parts.asks)
-            .zip(&slots)
-            .map(|((quota, asks), slots)| {
-                let asks = PacedAsks {
-                    slots,
-                    flows: &[],
-                    ceiling: rationing::to_take(asks).ceiling,
-                    need_places: false,
-                };
-                (quota, asks)
-            })
-            .collect();
+        // Observed asks take no place: no flow holds one.
+        let slots = parts.slots();
+        let wanted = parts.paced_asks(&slots, &[]);
         let takes = self.store.take_paced_across(&wanted, true).await?;
         let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
         for ((members, asks), take) in parts.members.iter().zip(&parts.asks).zip(&takes) {
@@ -476,10 +448,35 @@ impl ByQuota {
             members,
         }
     }
-}
 
-fn slots_of(asks: &[Ask]) -> Vec<i64> {
-    asks.iter().map(|a| a.slots).collect()
+    /// Each quota's asks' slots, in the order of its members.
+    fn slots(&self) -> Vec<Vec<i64>> {
+        let slots_of = |asks: &Vec<Ask>| asks.iter().map(|a| a.slots).collect();
+        self.asks.iter().map(slots_of).collect()
+    }
+
+    /// What each quota's part asks of the paced statement: `slots` from
+    /// [`ByQuota::slots`], `flows` its members' flows (none when no ask
+    /// needs a place); places only when its asks need them.
+    fn paced_asks<'a>(
+        &'a self,
+        slots: &'a [Vec<i64>],
+        flows: &'a [Vec<String>],
+    ) -> Vec<(&'a QuotaRule, PacedAsks<'a>)> {
+        let parts = self.rules.iter().zip(&self.asks).zip(slots).enumerate();
+        parts
+            .map(|(part, ((quota, asks), slots))| {
+                let to_take = rationing::to_take(asks);
+                let asks = PacedAsks {
+                    slots,
+                    flows: flows.get(part).map_or(&[], Vec::as_slice),
+                    ceiling: to_take.ceiling,
+                    need_places: to_take.places > 0,
+                };
+                (quota, asks)
+            })
+            .collect()
+    }
 }
 
 /// What a group take on a paced quota took, as rationing reads it.
