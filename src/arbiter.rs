@@ -4,6 +4,7 @@
 mod admit;
 mod batch;
 mod claim;
+mod claim_groups;
 mod claim_takes;
 mod coalesce;
 mod gather;
@@ -30,6 +31,8 @@ use shell::{Operation, Shell};
 
 pub use batch::MAX_BATCH_ITEMS;
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
+/// The claim's transaction leases to the claims of a group by this rule.
+pub(crate) use rationing::share_up_to;
 pub use shell::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 
 #[derive(Clone)]
@@ -45,6 +48,7 @@ pub struct Arbiter {
     coalescer: Coalescer,
     admissions: admit::Admissions,
     claim_takes: claim_takes::ClaimTakes,
+    claim_groups: claim_groups::ClaimGroups,
 }
 
 impl Arbiter {
@@ -72,6 +76,7 @@ impl Arbiter {
             unkeyed: Arc::default(),
             admissions: Default::default(),
             claim_takes: Default::default(),
+            claim_groups: Default::default(),
         }
     }
 

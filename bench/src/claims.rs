@@ -108,8 +108,8 @@ pub async fn raw_claim_baseline(
             include_str!("../../sql/work_claim.sql"),
             &[
                 "ARRAY[:id]",
-                "'pgbench'",
-                "300",
+                "ARRAY['pgbench']",
+                "ARRAY[300]",
                 "ARRAY['granted']",
                 "ARRAY[NULL::bigint]",
             ],

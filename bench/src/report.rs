@@ -42,9 +42,9 @@ impl Measured {
             Some(&self.many_paced),
             Some(&self.admit_hot),
             Some(&self.admit_spread),
+            self.raw_claim.as_ref(),
             self.enqueue.as_ref(),
             self.claims.as_ref(),
-            self.raw_claim.as_ref(),
         ]
         .into_iter()
         .flatten()

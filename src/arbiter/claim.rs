@@ -1,16 +1,19 @@
 //! Claims from the pending-work registry (global rationing across workers).
-//! First, a look that locks nothing says which enforced lanes have work; each
-//! of those quotas then takes up to `max` slots in a statement of its own, in
-//! name order, so a claim holds a quota's window row for that statement only
-//! and claims of one quota no longer queue behind each other's transaction.
-//! One transaction then locks the due items (leased as `bypassed`, without a
+//! Concurrent claims of the same flows are leased as one group
+//! (`claim_groups.rs`); for a group, first a look that locks nothing says
+//! which enforced lanes have work; each of those quotas then takes up to
+//! the group's `max` slots in a statement of its own, in name order, so a
+//! claim holds a quota's window row for that statement only and claims of
+//! one quota no longer queue behind each other's transaction. One
+//! transaction then locks the due items (leased as `bypassed`, without a
 //! reservation), the items of never-throttled and observed flows, and for
 //! each enforced lane as many of its most urgent items as it took slots (and
-//! has free in-flight places); the best `max` in rationing order are leased.
-//! The slots no leased item uses go back right after; if the claim fails or
-//! its caller stops waiting first, all of them go back (an over-count in
-//! between, never an under-count). Items not leased are never written, so a
-//! deferred claim leaves the queue unchanged.
+//! has free in-flight places); the best in rationing order are leased, to
+//! the group's claims first come first served. The slots no leased item uses
+//! go back right after; if the group fails or stops first, all of them go
+//! back (an over-count in between, never an under-count). Items not leased
+//! are never written, so a deferred claim leaves the queue unchanged. Each
+//! claim then decides its own items' answers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -27,7 +30,7 @@ use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
-use crate::store::claim::{ClaimLane, ClaimLeases, ClaimScope, EnforcedLane};
+use crate::store::claim::{ClaimLane, ClaimLeases, ClaimScope, EnforcedLane, Holder};
 use crate::store::{Refusal, Store, Take, WorkItem};
 
 /// Most items one claim may lease.
@@ -75,7 +78,7 @@ pub struct Claim {
 }
 
 /// The flows of the catalog the worker asked for, by how they spend a quota.
-struct Lanes {
+pub(super) struct Lanes {
     enforced: BTreeMap<String, (QuotaRule, Vec<String>)>,
     observed: BTreeMap<String, (QuotaRule, Vec<String>)>,
     /// Per enforced quota, the ceiling a take may reach: the strictest
@@ -85,7 +88,7 @@ struct Lanes {
 }
 
 impl Lanes {
-    fn new(snapshot: &Snapshot, worker_flows: Option<&[String]>) -> Self {
+    pub(super) fn new(snapshot: &Snapshot, worker_flows: Option<&[String]>) -> Self {
         let mut lanes = Lanes {
             enforced: BTreeMap::new(),
             observed: BTreeMap::new(),
@@ -172,12 +175,13 @@ async fn give_back(store: Store, unused: Vec<(String, Take, i64)>) {
     }
 }
 
-/// What a claim leased, with the takes its enforced items were granted from.
-struct Leased {
-    leases: ClaimLeases,
-    takes: Vec<Take>,
-    /// Of the lanes that had work but got nothing, the limit that lifts first.
-    lifts_first: Option<Refusal>,
+/// What a group of claims leased, with the takes its enforced items were
+/// granted from.
+pub(super) struct Leased {
+    pub leases: ClaimLeases,
+    pub takes: Vec<Take>,
+    /// Of the lanes whose take stopped short, the limit that lifts first.
+    pub lifts_first: Option<Refusal>,
 }
 
 impl Arbiter {
@@ -190,17 +194,17 @@ impl Arbiter {
         // Without the catalog nobody can tell an enforced flow from an
         // unknown one: fail closed.
         let snapshot = self.catalog.snapshot().ok_or_else(catalog_not_loaded)?;
-        let lanes = Lanes::new(&snapshot, request.flows.as_deref());
         let horizon = bypass.horizon_seconds();
-        let leased = self.lease_items(&lanes, request, horizon).await?;
-        if leased.leases.items.is_empty() {
+        let share = self.claim_together(snapshot, request, horizon).await?;
+        if share.items.is_empty() {
             return self
-                .nothing_claimed(request, horizon, leased.lifts_first)
+                .nothing_claimed(request, horizon, share.lifts_first)
                 .await;
         }
-        let mut items = Vec::with_capacity(leased.leases.items.len());
+        let snapshot = &share.snapshot;
+        let mut items = Vec::with_capacity(share.items.len());
         let mut observed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (item, kind) in leased.leases.items {
+        for (item, kind) in share.items {
             let rule = snapshot.rule(&item.flow);
             let had_deadline = item.deadline.is_some();
             let decision = match (kind, &rule) {
@@ -212,8 +216,8 @@ impl Arbiter {
                 }),
                 (ClaimLane::Enforced(take), Some(rule)) => {
                     let mut decision = with_rule(rule);
-                    decision.window_start = Some(leased.takes[take].clock.window_start);
-                    if let Some(place) = leased.leases.place_leases.get(&item.id) {
+                    decision.window_start = Some(share.takes[take].clock.window_start);
+                    if let Some(place) = share.place_leases.get(&item.id) {
                         decision.lease_id = Some(place.lease_id);
                         decision.valid_until = Some(place.valid_until);
                     }
@@ -239,7 +243,7 @@ impl Arbiter {
             items.push(ClaimedItem { item, decision });
         }
         for (quota, indices) in observed {
-            self.spend_observed_claims(&snapshot, &quota, &mut items, &indices)
+            self.spend_observed_claims(snapshot, &quota, &mut items, &indices)
                 .await;
         }
         Ok(Claim {
@@ -251,17 +255,18 @@ impl Arbiter {
         })
     }
 
-    /// Takes the slots of each enforced lane with work, each in a statement
-    /// of its own, then leases items in one transaction, then gives back the
-    /// slots no leased item uses; all within one time budget.
-    async fn lease_items(
+    /// For a group of claims of the same flows: takes the slots of each
+    /// enforced lane with work, each in a statement of its own, then leases
+    /// items in one transaction, then gives back the slots no leased item
+    /// uses; all within one time budget.
+    pub(super) async fn lease_items(
         &self,
         lanes: &Lanes,
-        request: &ClaimRequest,
+        worker_flows: Option<&[String]>,
+        holders: &[Holder],
         horizon_seconds: f64,
     ) -> Result<Leased, StoreError> {
         let shell = self.shell.one_budget();
-        let worker_flows = request.flows.as_deref();
         let enforced_flows: Vec<String> = lanes
             .enforced
             .values()
@@ -275,6 +280,7 @@ impl Arbiter {
                 .busy_flows(worker_flows, horizon_seconds, &enforced_flows);
             shell.run(Operation::ClaimWork, look).await?
         };
+        let wanted: i64 = holders.iter().map(|holder| holder.max).sum();
         let mut held = HeldTakes::new(self.store.clone());
         let mut enforced = Vec::new();
         let mut lifts_first = None;
@@ -284,11 +290,11 @@ impl Arbiter {
                 // The guard: a ceiling below 1 grants nothing.
                 continue;
             }
-            let take = self
-                .take_for_claim(&shell, quota, request.max, ceiling)
-                .await?;
+            let take = self.take_for_claim(&shell, quota, wanted, ceiling).await?;
+            // A take stopped short says when more could come, for the
+            // claims of the group that get nothing.
+            lifts_first = earliest(lifts_first, take.stopped_by);
             if take.taken == 0 {
-                lifts_first = earliest(lifts_first, take.stopped_by);
                 continue;
             }
             held.takes.push((name.clone(), take));
@@ -299,10 +305,8 @@ impl Arbiter {
             });
         }
         let scope = ClaimScope {
-            worker: &request.worker,
+            holders,
             worker_flows,
-            max: request.max,
-            lease_seconds: request.lease.as_secs_f64(),
             horizon_seconds,
             observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),
             enforced,

@@ -216,6 +216,24 @@ impl Shell {
         Err(failure)
     }
 
+    /// Waits, within the time budget, for an answer another task's call
+    /// gives (a group's leader): a failure there was counted by that call,
+    /// so only this wait running out is counted here.
+    pub(super) async fn wait<T>(
+        &self,
+        operation: Operation,
+        answer: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let deadline = self.deadline.unwrap_or(Instant::now() + self.budget);
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.metrics.store_error(operation.label());
+                Err(StoreUnavailable(format!("no answer within {:?}", self.budget)).into())
+            }
+        }
+    }
+
     /// Runs `call` detached, within the time budget. `settle` gets every
     /// failure (before the caller hears it) and an answer that came after
     /// the caller stopped waiting: whatever no caller uses.
@@ -421,6 +439,26 @@ mod tests {
         let failed = shell.run(Operation::EnqueueWork, failed).await;
         assert!(matches!(failed, Err(StoreError::Failed(_))), "{failed:?}");
         assert_eq!(errors(&metrics, Operation::EnqueueWork), "1");
+    }
+
+    /// A group's waiter: the leader's call counted its own failure; only a
+    /// wait that runs out is counted again.
+    #[tokio::test]
+    async fn a_wait_counts_running_out_not_a_failure_it_relays() {
+        let (shell, metrics, _) = shell_with(Duration::from_millis(100));
+        let relayed = async { Err::<(), _>(StoreError::Failed("the leader's".into())) };
+        let relayed = shell.wait(Operation::ClaimWork, relayed).await;
+        assert!(matches!(relayed, Err(StoreError::Failed(_))), "{relayed:?}");
+        assert_eq!(errors(&metrics, Operation::ClaimWork), "0");
+        let never = std::future::pending::<Result<(), StoreError>>();
+        let ran_out = shell.wait(Operation::ClaimWork, never).await;
+        assert!(
+            matches!(ran_out, Err(StoreError::Unavailable(_))),
+            "{ran_out:?}"
+        );
+        assert_eq!(errors(&metrics, Operation::ClaimWork), "1");
+        let answered = async { Ok::<_, StoreError>(7) };
+        assert_eq!(shell.wait(Operation::ClaimWork, answered).await.unwrap(), 7);
     }
 
     #[tokio::test]

@@ -1,8 +1,10 @@
-//! The claim's transaction: lease the most urgent claimable items the claim
-//! may have. The slots of its enforced lanes were taken before, each by a
-//! statement of its own (so no claim holds a quota's window row while it
-//! looks for items); this transaction only locks items and in-flight places
-//! and leases them, and says how many of each lane's slots its items use.
+//! The claim's transaction: lease the most urgent claimable items the claims
+//! of one group may have (concurrent claims of the same flows share it). The
+//! slots of its enforced lanes were taken before, each by a statement of its
+//! own (so no claim holds a quota's window row while it looks for items);
+//! this transaction only locks items and in-flight places and leases them,
+//! each to the claim it falls to, and says how many of each lane's slots its
+//! items use.
 
 use std::collections::HashMap;
 
@@ -13,6 +15,7 @@ use super::work::{
     first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, Lane, PlaceLease,
 };
 use super::{Refusal, Store, Take, WorkItem};
+use crate::arbiter::share_up_to;
 use crate::catalog::QuotaRule;
 use crate::decision::{Limit, Outcome};
 
@@ -44,22 +47,37 @@ pub struct EnforcedLane<'a> {
     pub slots: i64,
 }
 
-/// What one claim may lease.
-pub struct ClaimScope<'a> {
-    pub worker: &'a str,
-    /// The worker's flows; `None`: all.
-    pub worker_flows: Option<&'a [String]>,
+/// A claim of the group: who leases, how many items at most, for how long.
+#[derive(Clone, Debug)]
+pub struct Holder {
+    pub worker: String,
     pub max: i64,
     pub lease_seconds: f64,
+}
+
+/// What one group of claims (of the same flows) may lease.
+pub struct ClaimScope<'a> {
+    /// The group's claims, first come first.
+    pub holders: &'a [Holder],
+    /// Their flows; `None`: all.
+    pub worker_flows: Option<&'a [String]>,
     pub horizon_seconds: f64,
     pub observed: Vec<&'a [String]>,
     pub enforced: Vec<EnforcedLane<'a>>,
 }
 
+impl ClaimScope<'_> {
+    /// Items the whole group may lease.
+    pub fn max(&self) -> i64 {
+        self.holders.iter().map(|holder| holder.max).sum()
+    }
+}
+
 /// What the transaction leased.
 pub struct ClaimLeases {
-    /// Leased items, most urgent first, with how each was decided.
-    pub items: Vec<(WorkItem, ClaimLane)>,
+    /// Per holder (in the scope's order), its leased items, most urgent
+    /// first, with how each was decided.
+    pub items: Vec<Vec<(WorkItem, ClaimLane)>>,
     /// In-flight place leases of the leased items, by item id.
     pub place_leases: HashMap<i64, PlaceLease>,
     /// Slots of each enforced lane its leased items use (the rest go back).
@@ -105,7 +123,8 @@ impl Store {
     /// One transaction: locks the due items and those of never-throttled
     /// flows, the observed lanes' items, and for each enforced lane as many
     /// items as it has slots (and free in-flight places); leases the best
-    /// `max` in rationing order, with a place each where the quota has them.
+    /// of them in rationing order, with a place each where the quota has
+    /// them, to the holders first come first served, each up to its `max`.
     pub async fn lease_claim(&self, scope: &ClaimScope<'_>) -> Result<ClaimLeases, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         generic_plans(&mut tx).await?;
@@ -114,18 +133,12 @@ impl Store {
             worker_flows: scope.worker_flows,
             horizon_seconds: scope.horizon_seconds,
         };
-        let look = first_look(
-            &mut tx,
-            scope.worker_flows,
-            scope.horizon_seconds,
-            scope.max,
-            &[],
-        )
-        .await?;
+        let max = scope.max();
+        let look = first_look(&mut tx, scope.worker_flows, scope.horizon_seconds, max, &[]).await?;
         let mut chosen: Vec<(Candidate, ClaimLane)> =
             look.due.into_iter().map(|c| (c, ClaimLane::Due)).collect();
         chosen.sort_by_key(|(c, _)| c.rank());
-        let remaining = scope.max - chosen.len() as i64;
+        let remaining = max - chosen.len() as i64;
         let mut waiting: Vec<(Candidate, ClaimLane)> = Vec::new();
         let mut free_places = vec![Vec::new(); scope.enforced.len()];
         let mut places_full = None;
@@ -180,7 +193,7 @@ impl Store {
             }
         }
         chosen.extend(waiting);
-        let items = lease_chosen(&mut tx, chosen, &place_leases, scope).await?;
+        let items = lease_chosen(&mut tx, chosen, &place_leases, scope.holders).await?;
         tx.commit().await?;
         Ok(ClaimLeases {
             items,
@@ -191,18 +204,35 @@ impl Store {
     }
 }
 
-/// Leases the chosen items to the worker, each with its decision's outcome
-/// and its in-flight place lease; in the order they were chosen.
+/// Leases the chosen items, in the order they were chosen, to the holders:
+/// first come first served, each up to its `max`; each item with its
+/// decision's outcome and its in-flight place lease. Per holder.
 async fn lease_chosen(
     tx: &mut PgConnection,
     chosen: Vec<(Candidate, ClaimLane)>,
     place_leases: &HashMap<i64, PlaceLease>,
-    scope: &ClaimScope<'_>,
-) -> Result<Vec<(WorkItem, ClaimLane)>, sqlx::Error> {
+    holders: &[Holder],
+) -> Result<Vec<Vec<(WorkItem, ClaimLane)>>, sqlx::Error> {
+    let mut shares = vec![Vec::new(); holders.len()];
     if chosen.is_empty() {
-        return Ok(Vec::new());
+        return Ok(shares);
     }
+    let maxes: Vec<i64> = holders.iter().map(|holder| holder.max).collect();
+    let counts = share_up_to(&maxes, chosen.len() as i64);
+    let holder_of: Vec<usize> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(holder, &count)| std::iter::repeat_n(holder, count as usize))
+        .collect();
     let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
+    let workers: Vec<String> = holder_of
+        .iter()
+        .map(|&h| holders[h].worker.clone())
+        .collect();
+    let lease_seconds: Vec<f64> = holder_of
+        .iter()
+        .map(|&h| holders[h].lease_seconds)
+        .collect();
     let outcomes: Vec<String> = chosen
         .iter()
         .map(|(_, k)| k.outcome().as_str().to_string())
@@ -211,17 +241,25 @@ async fn lease_chosen(
         .iter()
         .map(|id| place_leases.get(id).map(|l| l.lease_id))
         .collect();
-    let (worker, lease_seconds) = (scope.worker, scope.lease_seconds);
-    let leased = lease(tx, &ids, &outcomes, &place_lease_ids, worker, lease_seconds);
+    let leased = lease(
+        tx,
+        &ids,
+        &workers,
+        &lease_seconds,
+        &outcomes,
+        &place_lease_ids,
+    );
     let mut leased: HashMap<i64, WorkItem> = leased
         .await?
         .into_iter()
         .map(|item| (item.id, item))
         .collect();
-    Ok(chosen
-        .into_iter()
-        .filter_map(|(c, kind)| leased.remove(&c.id).map(|item| (item, kind)))
-        .collect())
+    for ((c, kind), holder) in chosen.into_iter().zip(holder_of) {
+        if let Some(item) = leased.remove(&c.id) {
+            shares[holder].push((item, kind));
+        }
+    }
+    Ok(shares)
 }
 
 /// The claim's statements in `tx` run on generic plans (see the statement).

@@ -308,21 +308,21 @@ pub(super) async fn first_look(
     Ok(look)
 }
 
-/// Leases the locked items `ids` to `worker`, each with its outcome and the
-/// in-flight place lease it holds (if any).
+/// Leases the locked items `ids`, each to its worker for its lease, with its
+/// outcome and the in-flight place lease it holds (if any).
 pub(super) async fn lease<'e>(
     db: impl PgExecutor<'e>,
     ids: &[i64],
+    workers: &[String],
+    lease_seconds: &[f64],
     outcomes: &[String],
     place_leases: &[Option<i64>],
-    worker: &str,
-    lease_seconds: f64,
 ) -> Result<Vec<WorkItem>, sqlx::Error> {
     sqlx::query_file_as!(
         WorkItem,
         "sql/work_claim.sql",
         ids,
-        worker,
+        workers,
         lease_seconds,
         outcomes,
         place_leases as &[Option<i64>]

@@ -5,6 +5,7 @@ mod admin;
 mod admit;
 mod batch;
 mod cadence;
+mod claim_groups;
 mod client;
 mod config;
 mod dashboard;

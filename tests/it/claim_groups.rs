@@ -1,0 +1,190 @@
+//! Concurrent claims of the same flows share one claim: one look, one take
+//! per quota and one lease transaction for the group, its items falling to
+//! the group's claims first come first served.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use quota_arbiter::arbiter::{Claim, ClaimOutcome};
+use quota_arbiter::store::claim::{ClaimScope, Holder};
+use quota_arbiter::store::Store;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::time::Instant;
+
+use crate::helpers::{create_flow, eventually, lock_window, TestApp};
+
+async fn post_claim(app: &TestApp, body: Value) -> reqwest::Response {
+    let url = format!("{}/v1/work/claim", app.base);
+    app.client.post(url).json(&body).send().await.unwrap()
+}
+
+async fn insert_items(pool: &PgPool, flow: &str, n: i32) {
+    sqlx::query(
+        "INSERT INTO work_item (flow, deadline, priority, payload)
+         SELECT $1, arbiter_now() + make_interval(hours => 2 + i), 1, '{}'
+         FROM generate_series(1, $2) AS i",
+    )
+    .bind(flow)
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn claimed_count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM work_item WHERE state = 'claimed'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn concurrent_claims_of_the_same_flows_share_a_lease_transaction(pool: PgPool) {
+    create_flow(&pool, "q", 1_000_000, "f", "enforce").await;
+    insert_items(&pool, "f", 64).await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let claims: Vec<_> = (0..64)
+        .map(|w| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let worker = format!("w-{w}");
+                let body = json!({"worker": worker, "flows": ["f"], "max": 1});
+                let response = post_claim(&app, body).await;
+                assert_eq!(response.status(), 200);
+                (worker, response.json::<Claim>().await.unwrap())
+            })
+        })
+        .collect();
+    let mut leased = HashSet::new();
+    for claim in claims {
+        let (worker, claim) = claim.await.unwrap();
+        assert_eq!(
+            claim.outcome,
+            ClaimOutcome::Claimed,
+            "64 items for 64 claims"
+        );
+        assert_eq!(claim.items.len(), 1);
+        let item = &claim.items[0].item;
+        assert_eq!(item.claimed_by.as_deref(), Some(worker.as_str()));
+        assert!(leased.insert(item.id), "item {} leased twice", item.id);
+    }
+    // Items leased by one transaction share its timestamp (arbiter_now()).
+    let (leases, transactions): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT claimed_at) FROM work_item WHERE state = 'claimed'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(leases, 64);
+    assert!(
+        transactions < 64,
+        "{transactions} lease transactions for 64 concurrent claims: none was shared"
+    );
+}
+
+#[sqlx::test]
+async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_its_max(
+    pool: PgPool,
+) {
+    // No flow of that name: never throttled, so the transaction alone decides.
+    insert_items(&pool, "loose", 4).await;
+    let holders = [("a", 2, 30.0), ("b", 1, 60.0), ("c", 3, 90.0)].map(|(w, max, s)| Holder {
+        worker: w.to_string(),
+        max,
+        lease_seconds: s,
+    });
+    let scope = ClaimScope {
+        holders: &holders,
+        worker_flows: None,
+        horizon_seconds: 900.0,
+        observed: Vec::new(),
+        enforced: Vec::new(),
+    };
+    let leases = Store::new(pool.clone()).lease_claim(&scope).await.unwrap();
+    let by_holder: Vec<Vec<i64>> = leases
+        .items
+        .iter()
+        .map(|items| items.iter().map(|(item, _)| item.id).collect())
+        .collect();
+    let urgent: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM work_item ORDER BY deadline, priority, id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        by_holder,
+        vec![urgent[..2].to_vec(), vec![urgent[2]], vec![urgent[3]]],
+        "the most urgent first, to the first claims, each up to its max"
+    );
+    for (holder, items) in holders.iter().zip(&leases.items) {
+        for (item, _) in items {
+            assert_eq!(item.claimed_by.as_deref(), Some(holder.worker.as_str()));
+            let (claimed_at, until): (DateTime<Utc>, DateTime<Utc>) =
+                (item.claimed_at.unwrap(), item.lease_until.unwrap());
+            let lease = (until - claimed_at).num_milliseconds() as f64 / 1e3;
+            assert_eq!(lease, holder.lease_seconds, "{}'s own lease", holder.worker);
+        }
+    }
+}
+
+/// A claim that stops waiting while its group is still leasing: the items
+/// leased for it are pending again at once, not held until their lease runs
+/// out by a worker that was told 503.
+#[sqlx::test]
+async fn items_leased_for_a_claim_that_stopped_waiting_are_pending_again(pool: PgPool) {
+    create_flow(&pool, "q", 1_000, "f", "enforce").await;
+    insert_items(&pool, "f", 3).await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let first = post_claim(&app, json!({"worker": "w-0", "flows": ["f"]})).await;
+    assert_eq!(first.status(), 200, "the window row exists from here on");
+    let budget = quota_arbiter::config::Config::default().store_timeout;
+
+    // Group 1 (claim a) waits on the window row past its budget; claim b
+    // joins meanwhile and forms group 2, which starts when group 1 gives up
+    // and gets the row once b has stopped waiting, well within its own budget.
+    let held = lock_window(&pool, "q").await;
+    let started = Instant::now();
+    let claim = |worker: &'static str| {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let body = json!({"worker": worker, "flows": ["f"]});
+            post_claim(&app, body).await.status().as_u16()
+        })
+    };
+    let a = claim("w-a");
+    tokio::time::sleep(budget / 3).await;
+    let b = claim("w-b");
+    tokio::time::sleep_until(started + budget / 3 + budget * 4 / 3).await;
+    held.rollback().await.unwrap();
+    assert_eq!(
+        a.await.unwrap(),
+        503,
+        "group 1 got no row within its budget"
+    );
+    assert_eq!(b.await.unwrap(), 503, "b stopped waiting for group 2");
+
+    // Group 2 leases once the row is free: b's item has had a claim.
+    let tried = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM work_item WHERE attempts > 0")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let tried = eventually(Duration::from_secs(5), 2, tried).await;
+    assert_eq!(
+        tried, 2,
+        "group 2 leased an item for b after b stopped waiting"
+    );
+    let claimed = eventually(Duration::from_secs(5), 1, || claimed_count(&pool)).await;
+    assert_eq!(claimed, 1, "only the first claim's item is leased");
+    let stray: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM work_item WHERE claimed_by = 'w-b' AND state = 'claimed'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(stray, 0);
+}
