@@ -15,6 +15,7 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 
 use crate::helpers::{create_flow, eventually, lock_window, TestApp};
+use crate::work::count_of;
 
 async fn post_claim(app: &TestApp, body: Value) -> reqwest::Response {
     let url = format!("{}/v1/work/claim", app.base);
@@ -32,13 +33,6 @@ async fn insert_items(pool: &PgPool, flow: &str, n: i32) {
     .execute(pool)
     .await
     .unwrap();
-}
-
-async fn claimed_count(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM work_item WHERE state = 'claimed'")
-        .fetch_one(pool)
-        .await
-        .unwrap()
 }
 
 #[sqlx::test]
@@ -167,24 +161,22 @@ async fn items_leased_for_a_claim_that_stopped_waiting_are_pending_again(pool: P
     assert_eq!(b.await.unwrap(), 503, "b stopped waiting for group 2");
 
     // Group 2 leases once the row is free: b's item has had a claim.
-    let tried = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM work_item WHERE attempts > 0")
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-    };
-    let tried = eventually(Duration::from_secs(5), 2, tried).await;
+    let count = |query: &'static str| count_of(&pool, query);
+    let tried = eventually(Duration::from_secs(5), 2, || {
+        count("SELECT count(*) FROM work_item WHERE attempts > 0")
+    })
+    .await;
     assert_eq!(
         tried, 2,
         "group 2 leased an item for b after b stopped waiting"
     );
-    let claimed = eventually(Duration::from_secs(5), 1, || claimed_count(&pool)).await;
+    let claimed = eventually(Duration::from_secs(5), 1, || {
+        count("SELECT count(*) FROM work_item WHERE state = 'claimed'")
+    })
+    .await;
     assert_eq!(claimed, 1, "only the first claim's item is leased");
-    let stray: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM work_item WHERE claimed_by = 'w-b' AND state = 'claimed'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let stray =
+        count("SELECT count(*) FROM work_item WHERE claimed_by = 'w-b' AND state = 'claimed'")
+            .await;
     assert_eq!(stray, 0);
 }

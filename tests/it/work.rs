@@ -660,7 +660,7 @@ async fn a_replica_prunes_done_items_past_the_configured_retention(pool: PgPool)
 const PENDING_IN_VIEW: &str = "SELECT sum(items)::bigint FROM work_pending_by_flow";
 
 /// A count an SQL query answers.
-async fn count_of(pool: &PgPool, query: &str) -> i64 {
+pub(crate) async fn count_of(pool: &PgPool, query: &str) -> i64 {
     sqlx::query_scalar(query).fetch_one(pool).await.unwrap()
 }
 
