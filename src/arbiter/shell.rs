@@ -457,8 +457,11 @@ mod tests {
             "{ran_out:?}"
         );
         assert_eq!(errors(&metrics, Operation::ClaimWork), "1");
-        let answered = async { Ok::<_, StoreError>(7) };
-        assert_eq!(shell.wait(Operation::ClaimWork, answered).await.unwrap(), 7);
+        let soon = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, StoreError>(7)
+        };
+        assert_eq!(shell.wait(Operation::ClaimWork, soon).await.unwrap(), 7);
     }
 
     #[tokio::test]
