@@ -12,7 +12,6 @@ use quota_arbiter::store::claim::{ClaimScope, Holder};
 use quota_arbiter::store::Store;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tokio::time::Instant;
 
 use crate::helpers::{create_flow, eventually, lock_window, TestApp};
 use crate::work::count_of;
@@ -134,13 +133,12 @@ async fn items_leased_for_a_claim_that_stopped_waiting_are_pending_again(pool: P
     let app = Arc::new(TestApp::spawn(pool.clone()).await);
     let first = post_claim(&app, json!({"worker": "w-0", "flows": ["f"]})).await;
     assert_eq!(first.status(), 200, "the window row exists from here on");
-    let budget = quota_arbiter::config::Config::default().store_timeout;
 
-    // Group 1 (claim a) waits on the window row past its budget; claim b
-    // joins meanwhile and forms group 2, which starts when group 1 gives up
-    // and gets the row once b has stopped waiting, well within its own budget.
+    // Group 1 (claim a) waits on the window row until its budget runs out;
+    // claim b joins meanwhile and is group 2, which starts when group 1 gives
+    // up and waits on the row too. Once b has stopped waiting (503), the row
+    // is let go: group 2 takes and leases for b, well within its own budget.
     let held = lock_window(&pool, "q").await;
-    let started = Instant::now();
     let claim = |worker: &'static str| {
         let app = app.clone();
         tokio::spawn(async move {
@@ -149,16 +147,23 @@ async fn items_leased_for_a_claim_that_stopped_waiting_are_pending_again(pool: P
         })
     };
     let a = claim("w-a");
-    tokio::time::sleep(budget / 3).await;
+    let waiting = eventually(Duration::from_secs(5), 1, || {
+        count_of(
+            &pool,
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+    })
+    .await;
+    assert_eq!(waiting, 1, "group 1's take waits on the window row");
     let b = claim("w-b");
-    tokio::time::sleep_until(started + budget / 3 + budget * 4 / 3).await;
+    assert_eq!(b.await.unwrap(), 503, "b stopped waiting for group 2");
     held.rollback().await.unwrap();
     assert_eq!(
         a.await.unwrap(),
         503,
         "group 1 got no row within its budget"
     );
-    assert_eq!(b.await.unwrap(), 503, "b stopped waiting for group 2");
 
     // Group 2 leases once the row is free: b's item has had a claim.
     let count = |query: &'static str| count_of(&pool, query);
