@@ -30,7 +30,7 @@ use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
-use crate::store::claim::{ClaimLane, ClaimLeases, ClaimScope, EnforcedLane, Holder};
+use crate::store::claim::{ClaimLane, ClaimLeases, ClaimScope, Claimant, EnforcedLane};
 use crate::store::{Refusal, Store, Take, WorkItem};
 
 /// Most items one claim may lease.
@@ -263,7 +263,7 @@ impl Arbiter {
         &self,
         lanes: &Lanes,
         worker_flows: Option<&[String]>,
-        holders: &[Holder],
+        claimants: &[Claimant],
         horizon_seconds: f64,
     ) -> Result<Leased, StoreError> {
         let shell = self.shell.one_budget();
@@ -280,7 +280,7 @@ impl Arbiter {
                 .busy_flows(worker_flows, horizon_seconds, &enforced_flows);
             shell.run(Operation::ClaimWork, look).await?
         };
-        let wanted: i64 = holders.iter().map(|holder| holder.max).sum();
+        let wanted: i64 = claimants.iter().map(|claimant| claimant.max).sum();
         let mut held = HeldTakes::new(self.store.clone());
         let mut enforced = Vec::new();
         let mut lifts_first = None;
@@ -305,7 +305,7 @@ impl Arbiter {
             });
         }
         let scope = ClaimScope {
-            holders,
+            claimants,
             worker_flows,
             horizon_seconds,
             observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),

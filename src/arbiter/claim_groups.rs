@@ -23,7 +23,7 @@ use super::gather::Gather;
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::catalog::Snapshot;
-use crate::store::claim::{ClaimLane, Holder};
+use crate::store::claim::{ClaimLane, Claimant};
 use crate::store::work::{Finish, PlaceLease, RetryDelay};
 use crate::store::{Refusal, Take, WorkItem};
 
@@ -32,7 +32,7 @@ use crate::store::{Refusal, Take, WorkItem};
 type GroupKey = (Option<Vec<String>>, u64);
 
 pub(super) struct ClaimWaiter {
-    holder: Holder,
+    claimant: Claimant,
     reply: oneshot::Sender<Result<ClaimShare, StoreError>>,
 }
 
@@ -70,7 +70,7 @@ impl Arbiter {
             flows.dedup();
         }
         let key = (flows, horizon_seconds.to_bits());
-        let holder = Holder {
+        let claimant = Claimant {
             worker: request.worker.clone(),
             max: request.max,
             lease_seconds: request.lease.as_secs_f64(),
@@ -78,7 +78,7 @@ impl Arbiter {
         let (reply, answer) = oneshot::channel();
         if self
             .claim_groups
-            .join(key.clone(), snapshot, ClaimWaiter { holder, reply })
+            .join(key.clone(), snapshot, ClaimWaiter { claimant, reply })
         {
             // A task of its own: a claim that gives up must not stop the
             // group it was leading.
@@ -97,11 +97,11 @@ impl Arbiter {
     async fn lead_claims(self, key: GroupKey) {
         let (flows, horizon_seconds) = (key.0.as_deref(), f64::from_bits(key.1));
         while let Some((snapshot, group)) = self.claim_groups.next_group(&key) {
-            let (holders, replies): (Vec<Holder>, Vec<_>) =
-                group.into_iter().map(|w| (w.holder, w.reply)).unzip();
+            let (claimants, replies): (Vec<Claimant>, Vec<_>) =
+                group.into_iter().map(|w| (w.claimant, w.reply)).unzip();
             let lanes = Lanes::new(&snapshot, flows);
             let leased = self
-                .lease_items(&lanes, flows, &holders, horizon_seconds)
+                .lease_items(&lanes, flows, &claimants, horizon_seconds)
                 .await;
             let mut leased = match leased {
                 Ok(leased) => leased,
@@ -113,7 +113,7 @@ impl Arbiter {
                 }
             };
             let shares = std::mem::take(&mut leased.leases.items);
-            for ((reply, items), holder) in replies.into_iter().zip(shares).zip(&holders) {
+            for ((reply, items), claimant) in replies.into_iter().zip(shares).zip(&claimants) {
                 let place_leases = items
                     .iter()
                     .filter_map(|(item, _)| {
@@ -129,7 +129,7 @@ impl Arbiter {
                     lifts_first: leased.lifts_first,
                 };
                 if let Err(Ok(unheard)) = reply.send(Ok(share)) {
-                    self.release_unheard(&holder.worker, unheard.items).await;
+                    self.release_unheard(&claimant.worker, unheard.items).await;
                 }
             }
         }

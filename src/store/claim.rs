@@ -47,9 +47,10 @@ pub struct EnforcedLane<'a> {
     pub slots: i64,
 }
 
-/// A claim of the group: who leases, how many items at most, for how long.
+/// A claim of a group, as its transaction sees it: the worker that leases,
+/// how many items at most, for how long.
 #[derive(Clone, Debug)]
-pub struct Holder {
+pub struct Claimant {
     pub worker: String,
     pub max: i64,
     pub lease_seconds: f64,
@@ -58,7 +59,7 @@ pub struct Holder {
 /// What one group of claims (of the same flows) may lease.
 pub struct ClaimScope<'a> {
     /// The group's claims, first come first.
-    pub holders: &'a [Holder],
+    pub claimants: &'a [Claimant],
     /// Their flows; `None`: all.
     pub worker_flows: Option<&'a [String]>,
     pub horizon_seconds: f64,
@@ -69,13 +70,13 @@ pub struct ClaimScope<'a> {
 impl ClaimScope<'_> {
     /// Items the whole group may lease.
     pub fn max(&self) -> i64 {
-        self.holders.iter().map(|holder| holder.max).sum()
+        self.claimants.iter().map(|claimant| claimant.max).sum()
     }
 }
 
 /// What the transaction leased.
 pub struct ClaimLeases {
-    /// Per holder (in the scope's order), its leased items, most urgent
+    /// Per claimant (in the scope's order), its leased items, most urgent
     /// first, with how each was decided.
     pub items: Vec<Vec<(WorkItem, ClaimLane)>>,
     /// In-flight place leases of the leased items, by item id.
@@ -124,7 +125,7 @@ impl Store {
     /// flows, the observed lanes' items, and for each enforced lane as many
     /// items as it has slots (and free in-flight places); leases the best
     /// of them in rationing order, with a place each where the quota has
-    /// them, to the holders first come first served, each up to its `max`.
+    /// them, to the claimants first come first served, each up to its `max`.
     pub async fn lease_claim(&self, scope: &ClaimScope<'_>) -> Result<ClaimLeases, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         generic_plans(&mut tx).await?;
@@ -193,7 +194,7 @@ impl Store {
             }
         }
         chosen.extend(waiting);
-        let items = lease_chosen(&mut tx, chosen, &place_leases, scope.holders).await?;
+        let items = lease_chosen(&mut tx, chosen, &place_leases, scope.claimants).await?;
         tx.commit().await?;
         Ok(ClaimLeases {
             items,
@@ -204,34 +205,34 @@ impl Store {
     }
 }
 
-/// Leases the chosen items, in the order they were chosen, to the holders:
+/// Leases the chosen items, in the order they were chosen, to the claimants:
 /// first come first served, each up to its `max`; each item with its
-/// decision's outcome and its in-flight place lease. Per holder.
+/// decision's outcome and its in-flight place lease. Per claimant.
 async fn lease_chosen(
     tx: &mut PgConnection,
     chosen: Vec<(Candidate, ClaimLane)>,
     place_leases: &HashMap<i64, PlaceLease>,
-    holders: &[Holder],
+    claimants: &[Claimant],
 ) -> Result<Vec<Vec<(WorkItem, ClaimLane)>>, sqlx::Error> {
-    let mut shares = vec![Vec::new(); holders.len()];
+    let mut shares = vec![Vec::new(); claimants.len()];
     if chosen.is_empty() {
         return Ok(shares);
     }
-    let maxes: Vec<i64> = holders.iter().map(|holder| holder.max).collect();
+    let maxes: Vec<i64> = claimants.iter().map(|claimant| claimant.max).collect();
     let counts = share_up_to(&maxes, chosen.len() as i64);
-    let holder_of: Vec<usize> = counts
+    let claimant_of: Vec<usize> = counts
         .iter()
         .enumerate()
-        .flat_map(|(holder, &count)| std::iter::repeat_n(holder, count as usize))
+        .flat_map(|(claimant, &count)| std::iter::repeat_n(claimant, count as usize))
         .collect();
     let ids: Vec<i64> = chosen.iter().map(|(c, _)| c.id).collect();
-    let workers: Vec<String> = holder_of
+    let workers: Vec<String> = claimant_of
         .iter()
-        .map(|&h| holders[h].worker.clone())
+        .map(|&h| claimants[h].worker.clone())
         .collect();
-    let lease_seconds: Vec<f64> = holder_of
+    let lease_seconds: Vec<f64> = claimant_of
         .iter()
-        .map(|&h| holders[h].lease_seconds)
+        .map(|&h| claimants[h].lease_seconds)
         .collect();
     let outcomes: Vec<String> = chosen
         .iter()
@@ -254,9 +255,9 @@ async fn lease_chosen(
         .into_iter()
         .map(|item| (item.id, item))
         .collect();
-    for ((c, kind), holder) in chosen.into_iter().zip(holder_of) {
+    for ((c, kind), claimant) in chosen.into_iter().zip(claimant_of) {
         if let Some(item) = leased.remove(&c.id) {
-            shares[holder].push((item, kind));
+            shares[claimant].push((item, kind));
         }
     }
     Ok(shares)

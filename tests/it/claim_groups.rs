@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use quota_arbiter::arbiter::{Claim, ClaimOutcome};
-use quota_arbiter::store::claim::{ClaimScope, Holder};
+use quota_arbiter::store::claim::{ClaimScope, Claimant};
 use quota_arbiter::store::Store;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -84,20 +84,20 @@ async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_it
 ) {
     // No flow of that name: never throttled, so the transaction alone decides.
     insert_items(&pool, "loose", 4).await;
-    let holders = [("a", 2, 30.0), ("b", 1, 60.0), ("c", 3, 90.0)].map(|(w, max, s)| Holder {
+    let claimants = [("a", 2, 30.0), ("b", 1, 60.0), ("c", 3, 90.0)].map(|(w, max, s)| Claimant {
         worker: w.to_string(),
         max,
         lease_seconds: s,
     });
     let scope = ClaimScope {
-        holders: &holders,
+        claimants: &claimants,
         worker_flows: None,
         horizon_seconds: 900.0,
         observed: Vec::new(),
         enforced: Vec::new(),
     };
     let leases = Store::new(pool.clone()).lease_claim(&scope).await.unwrap();
-    let by_holder: Vec<Vec<i64>> = leases
+    let by_claimant: Vec<Vec<i64>> = leases
         .items
         .iter()
         .map(|items| items.iter().map(|(item, _)| item.id).collect())
@@ -108,17 +108,21 @@ async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_it
             .await
             .unwrap();
     assert_eq!(
-        by_holder,
+        by_claimant,
         vec![urgent[..2].to_vec(), vec![urgent[2]], vec![urgent[3]]],
         "the most urgent first, to the first claims, each up to its max"
     );
-    for (holder, items) in holders.iter().zip(&leases.items) {
+    for (claimant, items) in claimants.iter().zip(&leases.items) {
         for (item, _) in items {
-            assert_eq!(item.claimed_by.as_deref(), Some(holder.worker.as_str()));
+            assert_eq!(item.claimed_by.as_deref(), Some(claimant.worker.as_str()));
             let (claimed_at, until): (DateTime<Utc>, DateTime<Utc>) =
                 (item.claimed_at.unwrap(), item.lease_until.unwrap());
             let lease = (until - claimed_at).num_milliseconds() as f64 / 1e3;
-            assert_eq!(lease, holder.lease_seconds, "{}'s own lease", holder.worker);
+            assert_eq!(
+                lease, claimant.lease_seconds,
+                "{}'s own lease",
+                claimant.worker
+            );
         }
     }
 }
