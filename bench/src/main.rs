@@ -191,15 +191,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         + ";\n";
     let name = format!("bare upsert, {quotas} rows (pgbench)");
     let bare_spread = baseline(pgbench.as_ref(), &name, &script).await?;
-    let spread = names.of("spread-");
-    let random_quota = move || format!("{spread}{}", fastrand::usize(1..=quotas));
+    // Each request names one of the `quotas` quotas declared under `prefix`.
+    let random_quota = |prefix: &str| {
+        let spread = names.of(prefix);
+        move || format!("{spread}{}", fastrand::usize(1..=quotas))
+    };
     let name = format!("{quotas} budget-only quotas, enforce");
-    let many_quotas = reserve::arm(&load, &name, Stop::Elapsed, random_quota);
+    let many_quotas = reserve::arm(&load, &name, Stop::Elapsed, random_quota("spread-"));
     let many_quotas = cpu::metered(pid, db, many_quotas).await?;
-    let spread = names.of("paced-spread-");
-    let random_quota = move || format!("{spread}{}", fastrand::usize(1..=quotas));
     let name = format!("{quotas} paced quotas (never refusing)");
-    let many_paced = reserve::arm(&load, &name, Stop::Elapsed, random_quota);
+    let many_paced = reserve::arm(&load, &name, Stop::Elapsed, random_quota("paced-spread-"));
     let many_paced = cpu::metered(pid, db, many_paced).await?;
     let class = names.of("admit");
     let hot = admit::arm(&load, "admit, one hot caller", &class, || 0);

@@ -280,7 +280,7 @@ impl Arbiter {
                 .busy_flows(worker_flows, horizon_seconds, &enforced_flows);
             shell.run(Operation::ClaimWork, look).await?
         };
-        let wanted: i64 = claimants.iter().map(|claimant| claimant.max).sum();
+        let wanted = Claimant::most_items(claimants);
         let mut held = HeldTakes::new(self.store.clone());
         let mut enforced = Vec::new();
         let mut lifts_first = None;

@@ -195,8 +195,7 @@ impl Shell {
         E: Into<StoreError>,
     {
         let started = Instant::now();
-        let deadline = self.deadline.unwrap_or(started + self.budget);
-        let failure = match tokio::time::timeout_at(deadline, call).await {
+        let failure = match tokio::time::timeout_at(self.ends(started), call).await {
             Ok(Ok(answer)) => {
                 let seconds = started.elapsed().as_secs_f64();
                 if operation.decides() {
@@ -210,7 +209,7 @@ impl Shell {
                 return Ok(answer);
             }
             Ok(Err(error)) => error.into(),
-            Err(_) => StoreUnavailable(format!("no answer within {:?}", self.budget)).into(),
+            Err(_) => self.ran_out(),
         };
         self.metrics.store_error(operation.label());
         Err(failure)
@@ -224,14 +223,24 @@ impl Shell {
         operation: Operation,
         answer: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let deadline = self.deadline.unwrap_or(Instant::now() + self.budget);
-        match tokio::time::timeout_at(deadline, answer).await {
+        match tokio::time::timeout_at(self.ends(Instant::now()), answer).await {
             Ok(answer) => answer,
             Err(_) => {
                 self.metrics.store_error(operation.label());
-                Err(StoreUnavailable(format!("no answer within {:?}", self.budget)).into())
+                Err(self.ran_out())
             }
         }
+    }
+
+    /// When a call started at `started` must have its answer: the shared
+    /// budget's end, or a budget of its own.
+    fn ends(&self, started: Instant) -> Instant {
+        self.deadline.unwrap_or(started + self.budget)
+    }
+
+    /// What a call that got no answer within the budget fails with.
+    fn ran_out(&self) -> StoreError {
+        StoreUnavailable(format!("no answer within {:?}", self.budget)).into()
     }
 
     /// Runs `call` detached, within the time budget. `settle` gets every

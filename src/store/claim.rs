@@ -67,10 +67,10 @@ pub struct ClaimScope<'a> {
     pub enforced: Vec<EnforcedLane<'a>>,
 }
 
-impl ClaimScope<'_> {
-    /// Items the whole group may lease.
-    pub fn max(&self) -> i64 {
-        self.claimants.iter().map(|claimant| claimant.max).sum()
+impl Claimant {
+    /// Items a whole group of claimants may lease.
+    pub fn most_items(claimants: &[Claimant]) -> i64 {
+        claimants.iter().map(|claimant| claimant.max).sum()
     }
 }
 
@@ -134,7 +134,7 @@ impl Store {
             worker_flows: scope.worker_flows,
             horizon_seconds: scope.horizon_seconds,
         };
-        let max = scope.max();
+        let max = Claimant::most_items(scope.claimants);
         let look = first_look(&mut tx, scope.worker_flows, scope.horizon_seconds, max, &[]).await?;
         let mut chosen: Vec<(Candidate, ClaimLane)> =
             look.due.into_iter().map(|c| (c, ClaimLane::Due)).collect();
