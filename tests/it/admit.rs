@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use quota_arbiter::admission::RouteClassSettings;
 use quota_arbiter::auth::{self, AuthMode};
 use quota_arbiter::config::Config;
 use quota_arbiter::store::Store;
@@ -312,11 +313,14 @@ async fn all_or_nothing_a_share_refusal_spends_no_token_a_bucket_refusal_no_slot
                 tenant: who.1.into(),
             }
             .bucket_key("partner-apis");
-            sqlx::query_scalar::<_, f64>("SELECT tokens FROM admit_bucket WHERE key = $1")
-                .bind(&key[..])
-                .fetch_one(&pool)
-                .await
-                .unwrap()
+            // A caller never spent from has no row yet: its bucket is full (1).
+            sqlx::query_scalar::<_, f64>(
+                "SELECT coalesce((SELECT tokens FROM admit_bucket WHERE key = $1), 1)",
+            )
+            .bind(&key[..])
+            .fetch_one(&pool)
+            .await
+            .unwrap()
         }
     };
     let counts = || {
@@ -885,6 +889,85 @@ async fn concurrent_admissions_are_decided_in_groups_and_stay_exact(pool: PgPool
         statements < 360.0,
         "{statements} statements for 360 admissions: none were grouped"
     );
+}
+
+/// Admission statements of one class running at once on their own
+/// connections, not gathered (several replicas, or a group still in flight):
+/// no limit is passed. Each statement decides a group of two callers; 16
+/// connections, every task released together.
+#[sqlx::test]
+async fn concurrent_admission_statements_of_one_class_never_pass_a_limit(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    let store = Store::new(pool.clone());
+    let class = |burst: f64, capacity: i64, tenant_share: f64| RouteClassSettings {
+        burst,
+        rate: 0.001,
+        capacity,
+        window_seconds: 3600,
+        tenant_share,
+    };
+    // (class, its settings, how many groups, caller i's key, caller i's tenant)
+    type Caller = fn(usize) -> (u8, String);
+    let cases: [(&str, RouteClassSettings, usize, Caller, i64); 3] = [
+        // 200 callers of 4 tenants against a capacity of 40.
+        (
+            "capacity",
+            class(100.0, 40, 1.0),
+            100,
+            |i| ((i % 200) as u8, format!("t{}", i % 4)),
+            40,
+        ),
+        // One tenant of 200 callers against its share of 1000 × 0.02 = 20.
+        (
+            "share",
+            class(100.0, 1000, 0.02),
+            100,
+            |i| ((i % 200) as u8, "t".to_string()),
+            20,
+        ),
+        // One caller against its burst of 5.
+        (
+            "burst",
+            class(5.0, 1000, 1.0),
+            100,
+            |_| (7, "t".to_string()),
+            5,
+        ),
+    ];
+    for (name, settings, groups, caller, limit) in cases {
+        store
+            .put_route_class("test", name, &settings)
+            .await
+            .unwrap();
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(groups));
+        let mut tasks = tokio::task::JoinSet::new();
+        for g in 0..groups {
+            let (store, settings, start) = (store.clone(), settings.clone(), start.clone());
+            tasks.spawn(async move {
+                let (mut keys, mut tenants) = (Vec::new(), Vec::new());
+                for i in [2 * g, 2 * g + 1] {
+                    let (key, tenant) = caller(i);
+                    keys.push(vec![key; 32]);
+                    tenants.push(tenant);
+                }
+                start.wait().await;
+                let answers = store.admit(&keys, &tenants, name, &settings).await.unwrap();
+                answers.iter().filter(|a| a.refused_by.is_none()).count() as i64
+            });
+        }
+        let admitted: i64 = tasks.join_all().await.into_iter().sum();
+        assert_eq!(
+            admitted, limit,
+            "{name}: admitted {admitted} on a limit of {limit}"
+        );
+        let counted: i64 =
+            sqlx::query_scalar("SELECT admitted FROM admit_window WHERE route_class = $1")
+                .bind(name)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(counted, limit, "{name}: the class's count");
+    }
 }
 
 /// Runs `call` on every item, `limit` at a time; the answers in item order.
