@@ -218,19 +218,38 @@ impl Arbiter {
         call: impl std::future::Future<Output = Result<Take, E>> + Send + 'static,
     ) -> Result<Take, StoreError> {
         let (store, quota) = (self.store.clone(), quota.to_string());
-        let settle = move |unused: Result<Take, StoreError>| async move {
-            if let Ok(take) = unused {
-                let window = take.clock.window_start;
-                store.give_back_unused(&quota, window, take.taken).await;
-            }
-        };
+        let settle = move |unused| give_back_unheard(store, quota, unused);
         shell.run_detached(operation, call, settle).await
+    }
+
+    /// A share of `quota` that another task's take gives (a claim's share of
+    /// its group's), waited for within `shell`'s budget; a share that comes
+    /// after the wait ran out goes back. Only the wait running out is this
+    /// call's store error: the take's own failure was counted by its statement.
+    async fn wait_for_share(
+        &self,
+        shell: &Shell,
+        operation: Operation,
+        quota: &str,
+        share: impl std::future::Future<Output = Result<Take, StoreError>> + Send + 'static,
+    ) -> Result<Take, StoreError> {
+        let (store, quota) = (self.store.clone(), quota.to_string());
+        let settle = move |unused| give_back_unheard(store, quota, unused);
+        shell.wait_detached(operation, share, settle).await
     }
 
     fn settle(&self, decision: Decision, had_deadline: bool, known_flow: bool) -> Decision {
         self.metrics.record_decision(&decision, known_flow);
         self.ledger.tally(&decision, had_deadline);
         decision
+    }
+}
+
+/// Gives back a take of `quota` that no caller heard of.
+async fn give_back_unheard(store: Store, quota: String, unused: Result<Take, StoreError>) {
+    if let Ok(take) = unused {
+        let window = take.clock.window_start;
+        store.give_back_unused(&quota, window, take.taken).await;
     }
 }
 

@@ -7,7 +7,8 @@
 //!
 //! The group's statement runs through the shell (time limit, latency, one
 //! store error; a late answer goes back whole). Each claim waits for its
-//! share through the shell too, within its own budget and detached: a claim
+//! share through the shell too (`Shell::wait_detached`: only its own wait
+//! running out is counted), within its own budget and detached: a claim
 //! that stops waiting has its share given back once it arrives, and so does
 //! a share the leader could not hand to anyone: an over-count in between,
 //! never an under-count.
@@ -57,8 +58,9 @@ impl Arbiter {
                 .unwrap_or_else(|_| Err(StoreError::Failed("claim take stopped".into())))
         };
         // The claim's own wait: its budget, and its share given back if it
-        // stops waiting (not a statement: the leader's is measured).
-        self.take(shell, Operation::ClaimWork, &quota.name, share)
+        // stops waiting (not a statement: the leader's is measured and its
+        // failure counted once).
+        self.wait_for_share(shell, Operation::ClaimWork, &quota.name, share)
             .await
     }
 

@@ -260,6 +260,23 @@ impl Shell {
         self.run(operation, detach(&self.ledger, call, settle))
             .await
     }
+
+    /// Waits, as [`Shell::wait`], for an answer another task's call gives,
+    /// detached as [`Shell::run_detached`]: an answer that comes after this
+    /// wait ran out goes to `settle` (a claim's share of its group's take).
+    pub(super) async fn wait_detached<T, S>(
+        &self,
+        operation: Operation,
+        answer: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+        settle: impl FnOnce(Result<T, StoreError>) -> S + Send + 'static,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        S: Future<Output = ()> + Send + 'static,
+    {
+        self.wait(operation, detach(&self.ledger, answer, settle))
+            .await
+    }
 }
 
 /// Starts `call` as a task of its own (one of `ledger`'s settlements, so a
@@ -561,5 +578,42 @@ mod tests {
             matches!(got[..], [Err(StoreError::Unavailable(_))]),
             "{got:?}"
         );
+    }
+
+    /// A claim's wait for its share of a group's take: the take's failure was
+    /// counted by the leader's statement and is only relayed; a wait that runs
+    /// out is counted once, and the share that comes later is settled.
+    #[tokio::test]
+    async fn a_detached_wait_counts_running_out_once_and_settles_the_late_share() {
+        let (shell, metrics, _) = shell_with(Duration::from_millis(50));
+        let (got, settle) = settling();
+        let relayed = async { Err::<Take, _>(StoreError::Failed("the leader's".into())) };
+        let relayed = shell
+            .wait_detached(Operation::ClaimWork, relayed, settle)
+            .await;
+        assert!(matches!(relayed, Err(StoreError::Failed(_))), "{relayed:?}");
+        assert_eq!(errors(&metrics, Operation::ClaimWork), "0");
+        assert!(matches!(got.lock().unwrap()[..], [Err(_)]));
+
+        let (got, settle) = settling();
+        let (release, released) = oneshot::channel::<()>();
+        let share = async move {
+            let _ = released.await;
+            Ok::<_, StoreError>(take())
+        };
+        let late = shell
+            .wait_detached(Operation::ClaimWork, share, settle)
+            .await;
+        assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
+        assert_eq!(errors(&metrics, Operation::ClaimWork), "1");
+        release.send(()).unwrap();
+        for _ in 0..100 {
+            if !got.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let got = got.lock().unwrap();
+        assert!(matches!(got[..], [Ok(2)]), "{got:?}");
     }
 }
