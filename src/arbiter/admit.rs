@@ -10,9 +10,7 @@
 //! admitted, a token and a slot were spent on an admission nobody was told
 //! of: fewer admissions, never more.
 
-use tokio::sync::oneshot;
-
-use super::gather::Gather;
+use super::gather::{Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::admission::{self, Admission, Caller, RouteClass, Verdict};
@@ -21,7 +19,7 @@ pub(super) struct Waiter {
     /// The caller's bucket key and tenant group.
     key: Vec<u8>,
     tenant: String,
-    reply: oneshot::Sender<Result<(Admission, RouteClass), StoreError>>,
+    reply: Reply<(Admission, RouteClass)>,
 }
 
 /// Queues by route class; a group is decided by the class's settings as its
@@ -33,23 +31,16 @@ impl Arbiter {
     // not anything is logged in it.
     #[tracing::instrument(level = "debug", skip_all, fields(route_class = %class.name))]
     pub async fn admit(&self, class: &RouteClass, caller: &Caller) -> Result<Verdict, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let waiter = Waiter {
+        let waiter = |reply| Waiter {
             key: caller.bucket_key(&class.name).to_vec(),
             tenant: caller.tenant_group().to_string(),
             reply,
         };
-        if self
+        let lead = |name| self.clone().lead_admissions(name);
+        let (admission, decided_by) = self
             .admissions
-            .join(class.name.clone(), class.clone(), waiter)
-        {
-            // A task of its own: a caller that gives up must not stop the
-            // group it was leading.
-            tokio::spawn(self.clone().lead_admissions(class.name.clone()));
-        }
-        let (admission, decided_by) = answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Failed("admission stopped".into())))?;
+            .ask(class.name.clone(), class.clone(), waiter, lead)
+            .await?;
         // The settings the statement used, which the verdict must explain.
         Ok(admission::verdict(&decided_by.settings, &admission))
     }

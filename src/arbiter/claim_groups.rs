@@ -16,10 +16,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-
 use super::claim::{ClaimRequest, Lanes};
-use super::gather::Gather;
+use super::gather::{Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::catalog::Snapshot;
@@ -33,7 +31,7 @@ type GroupKey = (Option<Vec<String>>, u64);
 
 pub(super) struct ClaimWaiter {
     claimant: Claimant,
-    reply: oneshot::Sender<Result<ClaimShare, StoreError>>,
+    reply: Reply<ClaimShare>,
 }
 
 /// Queues by group; a group is leased by the catalog as its latest arrival
@@ -75,20 +73,9 @@ impl Arbiter {
             max: request.max,
             lease_seconds: request.lease.as_secs_f64(),
         };
-        let (reply, answer) = oneshot::channel();
-        if self
-            .claim_groups
-            .join(key.clone(), snapshot, ClaimWaiter { claimant, reply })
-        {
-            // A task of its own: a claim that gives up must not stop the
-            // group it was leading.
-            tokio::spawn(self.clone().lead_claims(key));
-        }
-        let answer = async {
-            answer
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Failed("claim group stopped".into())))
-        };
+        let waiter = |reply| ClaimWaiter { claimant, reply };
+        let lead = |key| self.clone().lead_claims(key);
+        let answer = self.claim_groups.ask(key, snapshot, waiter, lead);
         self.shell.wait(Operation::ClaimWork, answer).await
     }
 

@@ -13,9 +13,7 @@
 //! a share the leader could not hand to anyone: an over-count in between,
 //! never an under-count.
 
-use tokio::sync::oneshot;
-
-use super::gather::Gather;
+use super::gather::{Gather, Reply};
 use super::rationing::share_up_to;
 use super::shell::{Operation, Shell, StoreError};
 use super::Arbiter;
@@ -24,7 +22,7 @@ use crate::store::Take;
 
 pub(super) struct TakeWaiter {
     want: i64,
-    reply: oneshot::Sender<Result<Take, StoreError>>,
+    reply: Reply<Take>,
 }
 
 /// Queues by quota and the ceiling its takes may reach (claims of workers
@@ -42,21 +40,10 @@ impl Arbiter {
         want: i64,
         ceiling: i64,
     ) -> Result<Take, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let (leader, key, rule) = (self.clone(), (quota.name.clone(), ceiling), quota.clone());
-        let share = async move {
-            if leader
-                .claim_takes
-                .join(key.clone(), rule, TakeWaiter { want, reply })
-            {
-                // A task of its own: a claim that gives up must not stop the
-                // group it was leading.
-                tokio::spawn(leader.lead_claim_takes(key));
-            }
-            answer
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Failed("claim take stopped".into())))
-        };
+        let key = (quota.name.clone(), ceiling);
+        let waiter = |reply| TakeWaiter { want, reply };
+        let lead = |key| self.clone().lead_claim_takes(key);
+        let share = self.claim_takes.ask(key, quota.clone(), waiter, lead);
         // The claim's own wait: its budget, and its share given back if it
         // stops waiting (not a statement: the leader's is measured and its
         // failure counted once).

@@ -20,9 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::oneshot;
 
-use super::gather::Gather;
+use super::gather::{Gather, Reply};
 use super::rationing::{self, Ask, Rank, Taken};
 use super::shell::{StoreError, StoreUnavailable};
 use crate::catalog::{QuotaRule, Rule};
@@ -41,7 +40,7 @@ struct Waiter {
     quota: QuotaRule,
     /// When it joined, among every decision of this replica.
     arrival: u64,
-    reply: oneshot::Sender<Result<Reservation, StoreError>>,
+    reply: Reply<Reservation>,
 }
 
 /// Enforced decisions are rationed; observed ones are spent regardless, in
@@ -117,8 +116,7 @@ impl Coalescer {
         ask: Ask,
         arrival: u64,
     ) -> Result<Reservation, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let waiter = Waiter {
+        let waiter = |reply| Waiter {
             ask,
             flow: rule.flow.name.clone(),
             quota: rule.quota.clone(),
@@ -137,14 +135,8 @@ impl Coalescer {
             Kind::Paced
         };
         let key = (kind, mode);
-        if self.queues.join(key, (), waiter) {
-            // A task of its own: a caller that gives up must not stop the
-            // group it was leading.
-            tokio::spawn(self.clone().lead(key));
-        }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Failed("coalescer stopped".into())))
+        let lead = |key| self.clone().lead(key);
+        self.queues.ask(key, (), waiter, lead).await
     }
 
     /// Decides the queue, group after group, until it is empty.

@@ -6,8 +6,16 @@
 //! follows the load with no timer and a lone request waits for nobody.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use super::shell::StoreError;
+
+/// Where a group's leader sends one waiter its answer.
+pub type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// Queues by key. `S` is what the latest arrival knew of its key (the
 /// catalog's rule at the time): a group is decided by it. `W` is a waiter.
@@ -37,11 +45,40 @@ impl<K, S, W> Default for Gather<K, S, W> {
 }
 
 impl<K: Hash + Eq, S, W> Gather<K, S, W> {
+    /// Joins `key`'s queue with the waiter `waiter(reply)` and gives the
+    /// answer its group's leader sends to `reply`. The first arrival on an
+    /// empty queue starts `lead(key)`, as a task of its own: a caller that
+    /// gives up must not stop the group it leads. A leader that drops a reply
+    /// unanswered is a failure. The join happens now; the answer owns
+    /// nothing of `self`, so it may be awaited anywhere (detached).
+    pub fn ask<T, F>(
+        &self,
+        key: K,
+        latest: S,
+        waiter: impl FnOnce(Reply<T>) -> W,
+        lead: impl FnOnce(K) -> F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static
+    where
+        K: Clone,
+        T: Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        if self.join(key.clone(), latest, waiter(reply)) {
+            tokio::spawn(lead(key));
+        }
+        async move {
+            answer.await.unwrap_or_else(|_| {
+                let stopped = "the group's leader stopped before answering";
+                Err(StoreError::Failed(stopped.into()))
+            })
+        }
+    }
+
     /// Adds `waiter` to `key`'s queue. `true`: the queue was empty and the
-    /// caller must start its leader (in a task of its own, so that a caller
-    /// that gives up does not stop the group it leads).
+    /// caller must start its leader.
     #[must_use = "the first arrival must start the queue's leader"]
-    pub fn join(&self, key: K, latest: S, waiter: W) -> bool {
+    fn join(&self, key: K, latest: S, waiter: W) -> bool {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         match queues.get_mut(&key) {
             Some(queue) => {
@@ -103,6 +140,51 @@ mod tests {
         assert!(gather.join("q", 1, 'a'));
         assert!(!leader.join("q", 2, 'b'));
         assert_eq!(leader.next_group(&"q"), Some((2, vec!['a', 'b'])));
+    }
+
+    /// A leader that answers each waiter of a group with what the group's
+    /// latest arrival knew, counting how often it was started.
+    fn leader(
+        gather: &Gather<&'static str, u32, Reply<u32>>,
+        started: &Arc<Mutex<u32>>,
+    ) -> impl FnOnce(&'static str) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+        let (gather, started) = (gather.clone(), started.clone());
+        move |key| {
+            *started.lock().unwrap() += 1;
+            Box::pin(async move {
+                while let Some((latest, group)) = gather.next_group(&key) {
+                    for reply in group {
+                        let _ = reply.send(Ok(latest));
+                    }
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_asker_starts_the_leader_and_every_asker_hears_its_group() {
+        let gather = Gather::<&str, u32, Reply<u32>>::default();
+        let started = Arc::new(Mutex::new(0));
+        let a = gather.ask("q", 1, |r| r, leader(&gather, &started));
+        let b = gather.ask("q", 2, |r| r, leader(&gather, &started));
+        assert_eq!((a.await.unwrap(), b.await.unwrap()), (2, 2));
+        assert_eq!(*started.lock().unwrap(), 1, "one leader for the group");
+        let c = gather.ask("q", 3, |r| r, leader(&gather, &started));
+        assert_eq!(c.await.unwrap(), 3);
+        assert_eq!(
+            *started.lock().unwrap(),
+            2,
+            "an emptied queue, a new leader"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reply_the_leader_drops_is_a_failure() {
+        let gather = Gather::<&str, u32, Reply<u32>>::default();
+        let dropping = gather.clone();
+        let lead = move |key| async move { while dropping.next_group(&key).is_some() {} };
+        let answer = gather.ask("q", 1, |r| r, lead).await;
+        assert!(matches!(answer, Err(StoreError::Failed(_))), "{answer:?}");
     }
 
     #[test]
