@@ -1,21 +1,42 @@
--- Enqueue a work item; a ref seen before returns the existing item instead
--- ("created" false), as a reader sees it (a lapsed claim reads `pending`).
--- The priority defaults to the flow's at enqueue time.
-WITH inserted AS (
-    INSERT INTO work_item (flow, ref, deadline, priority, payload)
-    VALUES ($1, $2, $3,
-            coalesce($4::smallint, (SELECT priority FROM flow WHERE name = $1), 2::smallint),
-            $5)
+-- Enqueue a group of work items in one statement (docs/design.md §9): item n
+-- is flow $1[n], ref $2[n], deadline $3[n], priority $4[n] (NULL: the flow's
+-- at enqueue time) and payload $5[n]. An item whose ref was seen before gets
+-- the existing item instead ("created" false), as a reader sees it (a lapsed
+-- claim reads `pending`); two items of the group with one ref get one item,
+-- created for the first. Each item's id is drawn before the insert, so an
+-- answer finds its own row whatever order the insert returns them in.
+-- One row per item, `n` its position (from 1); an item whose ref a concurrent
+-- enqueue has inserted but not committed yet has no row: ask again.
+WITH asked AS (
+    SELECT a.n, nextval(pg_get_serial_sequence('work_item', 'id')) AS id,
+           a.flow, a.ref, a.deadline, a.priority, a.payload
+    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::smallint[], $5::jsonb[])
+         WITH ORDINALITY AS a (flow, ref, deadline, priority, payload, n)
+), inserted AS (
+    INSERT INTO work_item (id, flow, ref, deadline, priority, payload)
+    OVERRIDING SYSTEM VALUE
+    SELECT a.id, a.flow, a.ref, a.deadline,
+           coalesce(a.priority, f.priority, 2::smallint), a.payload
+    FROM asked a
+    LEFT JOIN flow f ON f.name = a.flow
+    ORDER BY a.n
     ON CONFLICT (ref) DO NOTHING
     RETURNING *
 ), found AS (
     SELECT * FROM inserted
     UNION ALL
-    SELECT * FROM work_item WHERE ref = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
+    -- Items of refs seen before (this statement's snapshot does not see
+    -- what it inserts).
+    SELECT w.* FROM work_item w
+    WHERE w.ref IN (SELECT a.ref FROM asked a)
+      AND NOT EXISTS (SELECT 1 FROM inserted i WHERE i.ref = w.ref)
 )
-SELECT id AS "id!", flow AS "flow!", ref AS reference, deadline, priority AS "priority!",
-       payload AS "payload!", work_state_now(state, lease_until) AS "state!", outcome,
-       attempts AS "attempts!", claimed_by, enqueued_at AS "enqueued_at!", claimed_at,
-       lease_until, done_at, not_before,
-       EXISTS (SELECT 1 FROM inserted) AS "created!"
-FROM found
+SELECT a.n AS "n!", f.id AS "id!", f.flow AS "flow!", f.ref AS reference, f.deadline,
+       f.priority AS "priority!", f.payload AS "payload!",
+       work_state_now(f.state, f.lease_until) AS "state!", f.outcome,
+       f.attempts AS "attempts!", f.claimed_by, f.enqueued_at AS "enqueued_at!",
+       f.claimed_at, f.lease_until, f.done_at, f.not_before,
+       f.id = a.id AS "created!"
+FROM asked a
+JOIN found f ON f.id = a.id OR f.ref = a.ref
+ORDER BY a.n

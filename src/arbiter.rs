@@ -49,6 +49,7 @@ pub struct Arbiter {
     admissions: admit::Admissions,
     claim_takes: claim_takes::ClaimTakes,
     claim_groups: claim_groups::ClaimGroups,
+    enqueues: work::Enqueues,
 }
 
 impl Arbiter {
@@ -77,6 +78,7 @@ impl Arbiter {
             admissions: Default::default(),
             claim_takes: Default::default(),
             claim_groups: Default::default(),
+            enqueues: Default::default(),
         }
     }
 

@@ -144,7 +144,7 @@ no_clock!(
     Vec<crate::admission::Admission>,
     crate::store::work::Backlog,
     Option<crate::store::WorkItem>,
-    (crate::store::WorkItem, bool),
+    Vec<(crate::store::WorkItem, bool)>,
     Option<(crate::store::WorkItem, Option<i64>)>,
     Option<crate::store::ReleasedLease>,
     Vec<String>,

@@ -1,17 +1,63 @@
 //! The registry's plain operations, within the decision's time budget: the
 //! registry lives in the store, so a store out of reach is a 503 here.
 
+use super::gather::{Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::store::work::Finish;
 use crate::store::{NewWork, WorkItem};
 
+pub(super) struct EnqueueWaiter {
+    work: NewWork,
+    reply: Reply<(WorkItem, bool)>,
+}
+
+/// One queue: items of any flow go into one insert.
+pub(super) type Enqueues = Gather<(), (), EnqueueWaiter>;
+
 impl Arbiter {
     /// `(item, created)`; a ref seen before returns the existing item.
-    pub async fn enqueue(&self, work: &NewWork) -> Result<(WorkItem, bool), StoreError> {
-        self.shell
-            .run(Operation::EnqueueWork, self.store.enqueue(work))
-            .await
+    /// Concurrent enqueues share one statement (`gather.rs`): while one
+    /// group's insert runs, the items that arrive queue for the next. An item
+    /// whose caller stopped waiting is enqueued all the same, as a committed
+    /// insert whose answer was lost would be; asked again with its ref, it is
+    /// found.
+    pub async fn enqueue(&self, work: NewWork) -> Result<(WorkItem, bool), StoreError> {
+        let waiter = |reply| EnqueueWaiter { work, reply };
+        let lead = |()| self.clone().lead_enqueues();
+        let answer = self.enqueues.ask((), (), waiter, lead);
+        self.shell.wait(Operation::EnqueueWork, answer).await
+    }
+
+    /// Inserts the queue's items, group after group, until nobody waits.
+    #[tracing::instrument(skip_all)]
+    async fn lead_enqueues(self) {
+        while let Some(((), group)) = self.enqueues.next_group(&()) {
+            let (works, replies): (Vec<NewWork>, Vec<_>) =
+                group.into_iter().map(|w| (w.work, w.reply)).unzip();
+            let inserted = self.store.enqueue(&works);
+            match self.shell.run(Operation::EnqueueWork, inserted).await {
+                Ok(items) => {
+                    for (reply, item) in replies.into_iter().zip(items) {
+                        let _ = reply.send(Ok(item));
+                    }
+                }
+                // A statement that failed (not an outage) may have failed for
+                // one item: each is tried alone, so it fails only itself.
+                Err(StoreError::Failed(_)) if works.len() > 1 => {
+                    for (reply, work) in replies.into_iter().zip(works) {
+                        let alone = self.store.enqueue(std::slice::from_ref(&work));
+                        let answer = self.shell.run(Operation::EnqueueWork, alone).await;
+                        let _ = reply.send(answer.map(|mut items| items.remove(0)));
+                    }
+                }
+                Err(error) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
     }
 
     pub async fn work_item(&self, id: i64) -> Result<Option<WorkItem>, StoreError> {

@@ -152,7 +152,7 @@ pub async fn enqueue(
         priority: body.priority,
         payload: body.payload,
     };
-    let (item, created) = state.arbiter.enqueue(&work).await?;
+    let (item, created) = state.arbiter.enqueue(work).await?;
     let status = if created {
         StatusCode::CREATED
     } else {

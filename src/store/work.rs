@@ -157,28 +157,52 @@ pub const RELEASE_BACKOFF_CAP: Duration = Duration::from_secs(3600);
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Store {
-    /// Enqueues; `(item, created)`. A ref seen before returns its item.
-    pub async fn enqueue(&self, work: &NewWork) -> Result<(WorkItem, bool), sqlx::Error> {
+    /// Enqueues a group of items in one statement; per item, in order,
+    /// `(item, created)`. A ref seen before returns its item.
+    pub async fn enqueue(&self, works: &[NewWork]) -> Result<Vec<(WorkItem, bool)>, sqlx::Error> {
+        let mut answers: Vec<Option<(WorkItem, bool)>> = vec![None; works.len()];
         // A concurrent enqueue of the same ref commits after this statement's
         // snapshot: the insert then does nothing and the item is not visible
         // yet. The next statement sees it.
         for _ in 0..3 {
-            let row = sqlx::query_file!(
+            let asked: Vec<usize> = (0..works.len()).filter(|&i| answers[i].is_none()).collect();
+            if asked.is_empty() {
+                break;
+            }
+            let asked_works: Vec<&NewWork> = asked.iter().map(|&i| &works[i]).collect();
+            let flows: Vec<&str> = asked_works.iter().map(|w| w.flow.as_str()).collect();
+            let refs: Vec<Option<&str>> =
+                asked_works.iter().map(|w| w.reference.as_deref()).collect();
+            let deadlines: Vec<Option<DateTime<Utc>>> =
+                asked_works.iter().map(|w| w.deadline).collect();
+            let priorities: Vec<Option<i16>> = asked_works.iter().map(|w| w.priority).collect();
+            let payloads: Vec<&serde_json::Value> =
+                asked_works.iter().map(|w| &w.payload).collect();
+            let rows = sqlx::query_file!(
                 "sql/work_enqueue.sql",
-                work.flow,
-                work.reference,
-                work.deadline,
-                work.priority,
-                work.payload
+                &flows as &[&str],
+                &refs as &[Option<&str>],
+                &deadlines as &[Option<DateTime<Utc>>],
+                &priorities as &[Option<i16>],
+                &payloads as &[&serde_json::Value]
             )
-            .fetch_optional(self.pool())
+            .fetch_all(self.pool())
             .await?;
-            if let Some(r) = row {
-                let item = work_item!(r);
-                return Ok((item, r.created));
+            for r in rows {
+                let Some(&i) = usize::try_from(r.n - 1).ok().and_then(|n| asked.get(n)) else {
+                    return Err(sqlx::Error::Protocol(format!(
+                        "enqueue answered item {}",
+                        r.n
+                    )));
+                };
+                let created = r.created;
+                answers[i] = Some((work_item!(r), created));
             }
         }
-        Err(sqlx::Error::RowNotFound)
+        answers
+            .into_iter()
+            .map(|a| a.ok_or(sqlx::Error::RowNotFound))
+            .collect()
     }
 
     pub async fn work_item(&self, id: i64) -> Result<Option<WorkItem>, sqlx::Error> {

@@ -9,6 +9,7 @@ mod claim_groups;
 mod client;
 mod config;
 mod dashboard;
+mod enqueue_groups;
 mod gateway;
 mod helpers;
 mod history;

@@ -1,0 +1,155 @@
+//! Concurrent enqueues share one insert (docs/design.md §9): fewer
+//! statements than items, one item per ref however many ask for it at once,
+//! and an item the store refuses fails only itself.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use quota_arbiter::store::WorkItem;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{create_flow, eventually, TestApp};
+use crate::work::count_of;
+
+/// Enqueues every body at once; `(status, item)` per body, in order (the
+/// item is `None` on an error).
+async fn enqueue_all(
+    client: reqwest::Client,
+    base: String,
+    bodies: Vec<Value>,
+) -> Vec<(u16, Option<WorkItem>)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, body) in bodies.into_iter().enumerate() {
+        let (client, url) = (client.clone(), format!("{base}/v1/work"));
+        tasks.spawn(async move {
+            let response = client.post(url).json(&body).send().await.unwrap();
+            let status = response.status().as_u16();
+            let item = if status < 300 {
+                Some(response.json::<WorkItem>().await.unwrap())
+            } else {
+                None
+            };
+            (i, (status, item))
+        });
+    }
+    let mut answers = tasks.join_all().await;
+    answers.sort_by_key(|(i, _)| *i);
+    answers.into_iter().map(|(_, answer)| answer).collect()
+}
+
+#[sqlx::test]
+async fn concurrent_enqueues_share_an_insert_and_one_ref_is_one_item(pool: PgPool) {
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+
+    let bodies = (0..64)
+        .map(|i| json!({"flow": "invoice", "ref": format!("inv-{i}"), "payload": {"n": i}}))
+        .collect();
+    let answers = enqueue_all(app.client.clone(), app.base.clone(), bodies).await;
+    let mut ids = HashSet::new();
+    for (i, (status, item)) in answers.iter().enumerate() {
+        let item = item.as_ref().expect("enqueued");
+        assert_eq!(*status, 201, "item {i}");
+        assert_eq!(item.reference.as_deref(), Some(format!("inv-{i}").as_str()));
+        assert_eq!(
+            item.payload,
+            json!({"n": i}),
+            "each caller gets its own item"
+        );
+        ids.insert(item.id);
+    }
+    assert_eq!(ids.len(), 64);
+    // One statement's items share its transaction's start.
+    let statements = count_of(&pool, "SELECT count(DISTINCT enqueued_at) FROM work_item").await;
+    assert!(
+        statements < 64,
+        "{statements} inserts for 64 concurrent enqueues"
+    );
+
+    // Twenty callers with one ref, at once: one item, created once.
+    let bodies = (0..20)
+        .map(|i| json!({"flow": "invoice", "ref": "once", "payload": {"n": i}}))
+        .collect();
+    let answers = enqueue_all(app.client.clone(), app.base.clone(), bodies).await;
+    let created = answers.iter().filter(|(status, _)| *status == 201).count();
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(created, 1, "{statuses:?}");
+    let ids: HashSet<i64> = answers
+        .iter()
+        .map(|(status, item)| {
+            assert!(*status == 200 || *status == 201, "{status}");
+            item.as_ref().unwrap().id
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "one item for one ref");
+    let stored = count_of(&pool, "SELECT count(*) FROM work_item WHERE ref = 'once'").await;
+    assert_eq!(stored, 1);
+}
+
+/// An item the store refuses (here a trigger refuses one ref) fails only
+/// itself: the group it was inserted with is inserted item by item.
+#[sqlx::test]
+async fn an_item_the_store_refuses_fails_only_itself(pool: PgPool) {
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.ref = 'poison' THEN RAISE EXCEPTION 'poisoned item'; END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_poison BEFORE INSERT ON work_item
+             FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+
+    // The first insert waits on the table, so the rest gather behind it
+    // into one group with the poisoned item.
+    let mut held = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE work_item IN SHARE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let body = json!({"flow": "invoice", "ref": "first", "payload": {}});
+    let first = tokio::spawn(enqueue_all(
+        app.client.clone(),
+        app.base.clone(),
+        vec![body],
+    ));
+    let waiting = eventually(Duration::from_secs(5), 1, || {
+        count_of(
+            &pool,
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'
+               AND query LIKE '%Enqueue a group of work items%'",
+        )
+    })
+    .await;
+    assert_eq!(waiting, 1, "the first insert waits on the table");
+    let mut bodies: Vec<Value> = (0..16)
+        .map(|i| json!({"flow": "invoice", "ref": format!("good-{i}"), "payload": {}}))
+        .collect();
+    bodies.insert(
+        8,
+        json!({"flow": "invoice", "ref": "poison", "payload": {}}),
+    );
+    let rest = tokio::spawn(enqueue_all(app.client.clone(), app.base.clone(), bodies));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.commit().await.unwrap();
+
+    assert_eq!(first.await.unwrap()[0].0, 201);
+    let answers = rest.await.unwrap();
+    for (i, (status, item)) in answers.iter().enumerate() {
+        if i == 8 {
+            assert_eq!(*status, 500, "the poisoned item fails");
+        } else {
+            assert_eq!(*status, 201, "item {i} beside the poisoned one");
+            assert!(item.is_some());
+        }
+    }
+    let stored = count_of(&pool, "SELECT count(*) FROM work_item").await;
+    assert_eq!(stored, 17);
+}
