@@ -210,34 +210,14 @@ impl Arbiter {
         self.shell.run(Operation::ReadClock, clock).await
     }
 
-    /// A take of `quota`'s slots (a batch's, a claim's), detached: if its
-    /// caller stops waiting, what it took goes back once it answers.
-    async fn take<E: Into<StoreError> + Send + 'static>(
+    /// How a take of `quota` (a batch's, a claim's) that no caller heard of
+    /// is settled: what it took goes back once it answers.
+    fn giving_back(
         &self,
-        shell: &Shell,
-        operation: Operation,
         quota: &str,
-        call: impl std::future::Future<Output = Result<Take, E>> + Send + 'static,
-    ) -> Result<Take, StoreError> {
+    ) -> impl FnOnce(Result<Take, StoreError>) -> GiveBack + Send + 'static {
         let (store, quota) = (self.store.clone(), quota.to_string());
-        let settle = move |unused| give_back_unheard(store, quota, unused);
-        shell.run_detached(operation, call, settle).await
-    }
-
-    /// A share of `quota` that another task's take gives (a claim's share of
-    /// its group's), waited for within `shell`'s budget; a share that comes
-    /// after the wait ran out goes back. Only the wait running out is this
-    /// call's store error: the take's own failure was counted by its statement.
-    async fn wait_for_share(
-        &self,
-        shell: &Shell,
-        operation: Operation,
-        quota: &str,
-        share: impl std::future::Future<Output = Result<Take, StoreError>> + Send + 'static,
-    ) -> Result<Take, StoreError> {
-        let (store, quota) = (self.store.clone(), quota.to_string());
-        let settle = move |unused| give_back_unheard(store, quota, unused);
-        shell.wait_detached(operation, share, settle).await
+        move |unused| Box::pin(give_back_unheard(store, quota, unused))
     }
 
     fn settle(&self, decision: Decision, had_deadline: bool, known_flow: bool) -> Decision {
@@ -246,6 +226,9 @@ impl Arbiter {
         decision
     }
 }
+
+/// A give-back in flight (`Arbiter::giving_back`).
+type GiveBack = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Gives back a take of `quota` that no caller heard of.
 async fn give_back_unheard(store: Store, quota: String, unused: Result<Take, StoreError>) {

@@ -238,8 +238,10 @@ impl Arbiter {
         }
         let (store, name) = (self.store.clone(), quota.name.clone());
         let take = async move { store.take_slots(&name, wanted, ceiling).await };
+        let settle = self.giving_back(&quota.name);
         let take = self
-            .take(&self.shell, Operation::TakeSlots, &quota.name, take)
+            .shell
+            .run_detached(Operation::TakeSlots, take, settle)
             .await?;
         let sharing = rationing::share_out(&asks, taken(&take));
         let decisions = items

@@ -47,7 +47,9 @@ impl Arbiter {
         // The claim's own wait: its budget, and its share given back if it
         // stops waiting (not a statement: the leader's is measured and its
         // failure counted once).
-        self.wait_for_share(shell, Operation::ClaimWork, &quota.name, share)
+        let settle = self.giving_back(&quota.name);
+        shell
+            .wait_detached(Operation::ClaimWork, share, settle)
             .await
     }
 
@@ -62,8 +64,10 @@ impl Arbiter {
             let taken = async move { store.take_for_claim(&rule, wanted, ceiling).await };
             // One statement, one latency and at most one store error for the
             // group; an answer that comes after the time limit goes back.
+            let settle = self.giving_back(name);
             let take = match self
-                .take(&self.shell, Operation::TakeSlots, name, taken)
+                .shell
+                .run_detached(Operation::TakeSlots, taken, settle)
                 .await
             {
                 Ok(take) => take,

@@ -526,6 +526,17 @@ mod tests {
         (got, settle)
     }
 
+    /// What was settled, once something was (within a second).
+    async fn settled(got: &Settled) -> Vec<Result<i64, StoreError>> {
+        for _ in 0..100 {
+            if !got.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        got.lock().unwrap().clone()
+    }
+
     #[tokio::test]
     async fn a_detached_answer_in_time_goes_to_the_caller_only() {
         let (shell, metrics, clock) = shell_with(Duration::from_secs(5));
@@ -552,13 +563,7 @@ mod tests {
         assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
         assert_eq!(errors(&metrics, Operation::TakeSlots), "1");
         release.send(()).unwrap();
-        for _ in 0..100 {
-            if !got.lock().unwrap().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let got = got.lock().unwrap();
+        let got = settled(&got).await;
         assert!(matches!(got[..], [Ok(2)]), "{got:?}");
     }
 
@@ -607,13 +612,7 @@ mod tests {
         assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
         assert_eq!(errors(&metrics, Operation::ClaimWork), "1");
         release.send(()).unwrap();
-        for _ in 0..100 {
-            if !got.lock().unwrap().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let got = got.lock().unwrap();
+        let got = settled(&got).await;
         assert!(matches!(got[..], [Ok(2)]), "{got:?}");
     }
 }
