@@ -115,7 +115,7 @@ impl Store {
     ) -> Result<Vec<String>, sqlx::Error> {
         // A transaction only for its generic plans: this look locks nothing.
         let mut tx = self.pool().begin().await?;
-        generic_plans(&mut tx).await?;
+        plan_settings(&mut tx).await?;
         let look = first_look(&mut tx, worker_flows, horizon_seconds, 0, enforced).await?;
         tx.commit().await?;
         Ok(look.busy)
@@ -128,7 +128,7 @@ impl Store {
     /// them, to the claimants first come first served, each up to its `max`.
     pub async fn lease_claim(&self, scope: &ClaimScope<'_>) -> Result<ClaimLeases, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
-        generic_plans(&mut tx).await?;
+        plan_settings(&mut tx).await?;
         let lane = |flows| Lane {
             flows,
             worker_flows: scope.worker_flows,
@@ -263,10 +263,11 @@ async fn lease_chosen(
     Ok(shares)
 }
 
-/// The claim's statements in `tx` run on generic plans (see the statement).
-async fn generic_plans(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query_file!("sql/claim_generic_plans.sql")
-        .execute(tx)
+/// The claim's statements in `tx` run on generic plans that walk their
+/// indexes (see the statement).
+async fn plan_settings(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query_file!("sql/claim_plan_settings.sql")
+        .fetch_one(tx)
         .await?;
     Ok(())
 }

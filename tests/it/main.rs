@@ -6,6 +6,7 @@ mod admit;
 mod batch;
 mod cadence;
 mod claim_groups;
+mod claim_plans;
 mod client;
 mod config;
 mod dashboard;
