@@ -372,6 +372,44 @@ async fn objects_are_read_and_deleted_one_at_a_time(pool: PgPool) {
     );
 }
 
+/// A flow's items not done yet (pending, or claimed with a lease running or
+/// lapsed) keep it from being deleted; done ones do not.
+#[sqlx::test]
+async fn a_flow_with_work_not_done_is_not_deleted(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let quota = Some(json!({"hourly_ceiling": 10}));
+    app.admin_json(Method::PUT, "/v1/quotas/ppf", quota).await;
+    let flow = Some(json!({"quota": "ppf"}));
+    app.admin_json(Method::PUT, "/v1/flows/invoice", flow).await;
+    sqlx::raw_sql(
+        "INSERT INTO work_item (flow, priority, payload, state, lease_until, done_at) VALUES
+            ('invoice', 2, '{}', 'pending', NULL, NULL),
+            ('invoice', 2, '{}', 'claimed', now() + interval '1 minute', NULL),
+            ('invoice', 2, '{}', 'claimed', now() - interval '1 minute', NULL),
+            ('invoice', 2, '{}', 'done', NULL, now()),
+            ('other', 2, '{}', 'pending', NULL, NULL)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let in_use = app.admin(Method::DELETE, "/v1/flows/invoice").send().await;
+    let in_use = in_use.unwrap();
+    assert_eq!(in_use.status(), 409);
+    let problem: Value = in_use.json().await.unwrap();
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("3 work item(s)"), "{detail}");
+
+    sqlx::query(
+        "UPDATE work_item SET state = 'done', lease_until = NULL, done_at = now()
+         WHERE flow = 'invoice'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let deleted = app.admin(Method::DELETE, "/v1/flows/invoice").send().await;
+    assert_eq!(deleted.unwrap().status(), 204);
+}
+
 #[sqlx::test]
 async fn a_mistyped_variable_or_a_missing_config_file_is_named(pool: PgPool) {
     let env = [
