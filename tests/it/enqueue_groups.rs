@@ -9,7 +9,7 @@ use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, eventually, TestApp};
+use crate::helpers::{create_flow, eventually, metrics_text, TestApp};
 use crate::work::count_of;
 
 /// Enqueues every body at once; `(status, item)` per body, in order (the
@@ -105,6 +105,18 @@ async fn an_item_the_store_refuses_fails_only_itself(pool: PgPool) {
     .await
     .unwrap();
     let app = TestApp::spawn(pool.clone()).await;
+    let errors = || async {
+        let text = metrics_text(&app.client, &app.base).await;
+        let series = r#"quota_arbiter_store_errors_total{operation="enqueue_work"} "#;
+        let line = text.lines().find_map(|l| l.strip_prefix(series));
+        line.expect("the enqueue's error series").trim().to_string()
+    };
+    let poison = json!({"flow": "invoice", "ref": "poison", "payload": {}});
+
+    // Alone, it fails once: one statement, one store error.
+    let alone = enqueue_all(app.client.clone(), app.base.clone(), vec![poison.clone()]).await;
+    assert_eq!(alone[0].0, 500);
+    assert_eq!(errors().await, "1");
 
     // The first insert waits on the table, so the rest gather behind it
     // into one group with the poisoned item.
@@ -132,10 +144,7 @@ async fn an_item_the_store_refuses_fails_only_itself(pool: PgPool) {
     let mut bodies: Vec<Value> = (0..16)
         .map(|i| json!({"flow": "invoice", "ref": format!("good-{i}"), "payload": {}}))
         .collect();
-    bodies.insert(
-        8,
-        json!({"flow": "invoice", "ref": "poison", "payload": {}}),
-    );
+    bodies.insert(8, poison);
     let rest = tokio::spawn(enqueue_all(app.client.clone(), app.base.clone(), bodies));
     tokio::time::sleep(Duration::from_millis(300)).await;
     held.commit().await.unwrap();
@@ -152,4 +161,6 @@ async fn an_item_the_store_refuses_fails_only_itself(pool: PgPool) {
     }
     let stored = count_of(&pool, "SELECT count(*) FROM work_item").await;
     assert_eq!(stored, 17);
+    // The group's statement and the poisoned item's own: two more errors.
+    assert_eq!(errors().await, "3");
 }
