@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::reserve::first_lease_expiry;
 use super::work::{
@@ -104,6 +104,17 @@ impl Store {
         }
     }
 
+    /// A transaction whose statements run on generic plans that walk their
+    /// indexes (`sql/claim_plan_settings.sql`), begun together with those
+    /// settings: one round trip, not two.
+    async fn claim_transaction(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        let begin = concat!(
+            "BEGIN;\n",
+            include_str!("../../sql/claim_plan_settings.sql")
+        );
+        self.pool().begin_with(begin).await
+    }
+
     /// Which of `enforced` flows have claimable work outside the bypass
     /// horizon: a hint that spares a claim a take on quotas with nothing to
     /// claim. Locks nothing.
@@ -113,9 +124,8 @@ impl Store {
         horizon_seconds: f64,
         enforced: &[String],
     ) -> Result<Vec<String>, sqlx::Error> {
-        // A transaction only for its generic plans: this look locks nothing.
-        let mut tx = self.pool().begin().await?;
-        plan_settings(&mut tx).await?;
+        // A transaction only for its plan settings: this look locks nothing.
+        let mut tx = self.claim_transaction().await?;
         let look = first_look(&mut tx, worker_flows, horizon_seconds, 0, enforced).await?;
         tx.commit().await?;
         Ok(look.busy)
@@ -127,8 +137,7 @@ impl Store {
     /// of them in rationing order, with a place each where the quota has
     /// them, to the claimants first come first served, each up to its `max`.
     pub async fn lease_claim(&self, scope: &ClaimScope<'_>) -> Result<ClaimLeases, sqlx::Error> {
-        let mut tx = self.pool().begin().await?;
-        plan_settings(&mut tx).await?;
+        let mut tx = self.claim_transaction().await?;
         let lane = |flows| Lane {
             flows,
             worker_flows: scope.worker_flows,
@@ -261,13 +270,4 @@ async fn lease_chosen(
         }
     }
     Ok(shares)
-}
-
-/// The claim's statements in `tx` run on generic plans that walk their
-/// indexes (see the statement).
-async fn plan_settings(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query_file!("sql/claim_plan_settings.sql")
-        .fetch_one(tx)
-        .await?;
-    Ok(())
 }
