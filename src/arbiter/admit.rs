@@ -10,7 +10,7 @@
 //! admitted, a token and a slot were spent on an admission nobody was told
 //! of: fewer admissions, never more.
 
-use super::gather::{Gather, Reply};
+use super::gather::{fail_all, Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::admission::{self, Admission, Caller, RouteClass, Verdict};
@@ -69,11 +69,7 @@ impl Arbiter {
                         let _ = reply.send(Ok((admission, class.clone())));
                     }
                 }
-                Err(error) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(error.clone()));
-                    }
-                }
+                Err(error) => fail_all(replies, &error),
             }
         }
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::{ClaimRequest, Lanes};
-use super::gather::{Gather, Reply};
+use super::gather::{fail_all, Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::catalog::Snapshot;
@@ -93,9 +93,7 @@ impl Arbiter {
             let mut leased = match leased {
                 Ok(leased) => leased,
                 Err(error) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(error.clone()));
-                    }
+                    fail_all(replies, &error);
                     continue;
                 }
             };

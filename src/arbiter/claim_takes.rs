@@ -13,7 +13,7 @@
 //! a share the leader could not hand to anyone: an over-count in between,
 //! never an under-count.
 
-use super::gather::{Gather, Reply};
+use super::gather::{fail_all, Gather, Reply};
 use super::rationing::share_up_to;
 use super::shell::{Operation, Shell, StoreError};
 use super::Arbiter;
@@ -72,9 +72,7 @@ impl Arbiter {
             {
                 Ok(take) => take,
                 Err(error) => {
-                    for waiter in group {
-                        let _ = waiter.reply.send(Err(error.clone()));
-                    }
+                    fail_all(group.into_iter().map(|waiter| waiter.reply), &error);
                     continue;
                 }
             };

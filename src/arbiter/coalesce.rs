@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::gather::{Gather, Reply};
+use super::gather::{fail_all, Gather, Reply};
 use super::rationing::{self, Ask, Rank, Taken};
 use super::shell::{StoreError, StoreUnavailable};
 use crate::catalog::{QuotaRule, Rule};
@@ -151,10 +151,8 @@ impl Coalescer {
             if let Err(error) = decided {
                 // The group's statement failed: every waiter not answered yet
                 // hears why.
-                let error = StoreError::from(error);
-                for waiter in group {
-                    let _ = waiter.reply.send(Err(error.clone()));
-                }
+                let replies = group.into_iter().map(|waiter| waiter.reply);
+                fail_all(replies, &StoreError::from(error));
             }
         }
     }

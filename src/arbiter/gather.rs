@@ -17,6 +17,13 @@ use super::shell::StoreError;
 /// Where a group's leader sends one waiter its answer.
 pub type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
+/// A group whose statement failed: every waiter still waiting hears why.
+pub fn fail_all<T>(replies: impl IntoIterator<Item = Reply<T>>, error: &StoreError) {
+    for reply in replies {
+        let _ = reply.send(Err(error.clone()));
+    }
+}
+
 /// Queues by key. `S` is what the latest arrival knew of its key (the
 /// catalog's rule at the time): a group is decided by it. `W` is a waiter.
 pub struct Gather<K, S, W> {
@@ -185,6 +192,17 @@ mod tests {
         let lead = move |key| async move { while dropping.next_group(&key).is_some() {} };
         let answer = gather.ask("q", 1, |r| r, lead).await;
         assert!(matches!(answer, Err(StoreError::Failed(_))), "{answer:?}");
+    }
+
+    #[test]
+    fn every_waiter_of_a_failed_group_hears_the_failure() {
+        let (replies, mut answers): (Vec<Reply<u32>>, Vec<_>) =
+            (0..3).map(|_| oneshot::channel()).unzip();
+        fail_all(replies, &StoreError::Failed("the statement".into()));
+        for answer in &mut answers {
+            let heard = answer.try_recv().expect("an answer");
+            assert!(matches!(heard, Err(StoreError::Failed(_))), "{heard:?}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The registry's plain operations, within the decision's time budget: the
 //! registry lives in the store, so a store out of reach is a 503 here.
 
-use super::gather::{Gather, Reply};
+use super::gather::{fail_all, Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::store::work::Finish;
@@ -51,11 +51,7 @@ impl Arbiter {
                         let _ = reply.send(answer.map(|mut items| items.remove(0)));
                     }
                 }
-                Err(error) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(error.clone()));
-                    }
-                }
+                Err(error) => fail_all(replies, &error),
             }
         }
     }
