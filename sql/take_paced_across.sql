@@ -1,11 +1,11 @@
 -- Takes for groups of asks on paced quotas, one group per quota, in one
--- statement: take_paced_across() (migration 20261130000021, where the
--- statement and its description live). Quota i of $1 asks $9[$2[i]:$3[i]]
--- (slots, in rationing order) for the flows $10[$2[i]:$3[i]], against the
--- highest ceiling $4[i] among them; $5[i]: every ask needs an in-flight
--- place; cadence rate $6[i] and burst $7[i] (NULL: none), adaptive when
--- $8[i]; $11: observe mode. One row per quota, `quota_index` its position in
--- $1 (from 1).
+-- statement: take_paced_across() (described in migration 20261130000021;
+-- the statement as it runs now is migration 20261130000024's). Quota i of
+-- $1 asks $9[$2[i]:$3[i]] (slots, in rationing order) for the flows
+-- $10[$2[i]:$3[i]], against the highest ceiling $4[i] among them; $5[i]:
+-- every ask needs an in-flight place; cadence rate $6[i] and burst $7[i]
+-- (NULL: none), adaptive when $8[i]; $11: observe mode. One row per quota,
+-- `quota_index` its position in $1 (from 1).
 SELECT t.o_quota_index        AS "quota_index!",
        t.o_window_start       AS "window_start!",
        t.o_window_end         AS "window_end!",

@@ -151,6 +151,30 @@ async fn budget_and_cadence_are_both_or_neither(pool: PgPool) {
 }
 
 #[sqlx::test]
+async fn a_full_window_outranks_missing_tokens(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 2, "invoice", "enforce").await;
+    // Two tokens, practically no refill: the grant below empties the bucket
+    // and fills the window at once.
+    set_limits(&pool, "api", "rate = 0.01, burst = 2, adaptive = false").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let granted = app.reserve(json!({"flow": "invoice", "count": 2})).await;
+    assert_eq!(granted.outcome, Outcome::Granted);
+
+    // Both refuse now; the window's end is the earliest anything could be
+    // granted, although a token comes back sooner. The statement takes
+    // nothing, so it says so from the window's count as it read it.
+    let refused = app.reserve(json!({"flow": "invoice"})).await;
+    assert_eq!(
+        (refused.outcome, refused.limit),
+        (Outcome::Deferred, Some(Limit::Budget))
+    );
+    assert_eq!(
+        refused.retry_at,
+        refused.window_start.map(|w| w + chrono::Duration::hours(1))
+    );
+}
+#[sqlx::test]
 async fn a_restart_does_not_refill_the_bucket(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 0.01, burst = 3").await;
