@@ -49,6 +49,7 @@ pub struct Arbiter {
     admissions: admit::Admissions,
     claim_takes: claim_takes::ClaimTakes,
     claim_groups: claim_groups::ClaimGroups,
+    busy_lanes: claim::BusyLanes,
     enqueues: work::Enqueues,
 }
 
@@ -78,6 +79,7 @@ impl Arbiter {
             admissions: Default::default(),
             claim_takes: Default::default(),
             claim_groups: Default::default(),
+            busy_lanes: Default::default(),
             enqueues: Default::default(),
         }
     }

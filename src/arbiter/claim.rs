@@ -15,7 +15,8 @@
 //! are never written, so a deferred claim leaves the queue unchanged. Each
 //! claim then decides its own items' answers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -175,6 +176,32 @@ async fn give_back(store: Store, unused: Vec<(String, Take, i64)>) {
     }
 }
 
+/// Enforced lanes (by quota) whose last group used every slot it took:
+/// their queue most likely holds more, so the next group takes for them
+/// without looking first (docs/design.md §9). A lane never seen, or whose
+/// last group left slots unused (its queue ran dry), is looked at first.
+/// Only a hint: a take for a lane with nothing to claim gives its slots back
+/// before anyone is answered.
+#[derive(Clone, Default)]
+pub(super) struct BusyLanes(Arc<Mutex<HashSet<String>>>);
+
+impl BusyLanes {
+    fn known(&self, lanes: &Lanes) -> BTreeSet<String> {
+        let busy = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let names = lanes.enforced.keys();
+        names.filter(|name| busy.contains(*name)).cloned().collect()
+    }
+
+    fn record(&self, quota: &str, busy: bool) {
+        let mut lanes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if busy {
+            lanes.insert(quota.to_string());
+        } else {
+            lanes.remove(quota);
+        }
+    }
+}
+
 /// What a group of claims leased, with the takes its enforced items were
 /// granted from.
 pub(super) struct Leased {
@@ -256,9 +283,10 @@ impl Arbiter {
     }
 
     /// For a group of claims of the same flows: takes the slots of each
-    /// enforced lane with work, each in a statement of its own, then leases
-    /// items in one transaction, then gives back the slots no leased item
-    /// uses; all within one time budget.
+    /// enforced lane with work (a look says which, for the lanes not known
+    /// busy), each in a statement of its own, then leases items in one
+    /// transaction, then gives back the slots no leased item uses; all
+    /// within one time budget.
     pub(super) async fn lease_items(
         &self,
         lanes: &Lanes,
@@ -267,12 +295,14 @@ impl Arbiter {
         horizon_seconds: f64,
     ) -> Result<Leased, StoreError> {
         let shell = self.shell.one_budget();
+        let known_busy = self.busy_lanes.known(lanes);
         let enforced_flows: Vec<String> = lanes
             .enforced
-            .values()
-            .flat_map(|(_, f)| f.clone())
+            .iter()
+            .filter(|(name, _)| !known_busy.contains(*name))
+            .flat_map(|(_, (_, f))| f.clone())
             .collect();
-        let busy = if enforced_flows.is_empty() {
+        let looked_busy = if enforced_flows.is_empty() {
             Vec::new()
         } else {
             let look = self
@@ -286,7 +316,8 @@ impl Arbiter {
         let mut lifts_first = None;
         for (name, (quota, flows)) in &lanes.enforced {
             let ceiling = lanes.take_ceilings[name];
-            if ceiling < 1 || !flows.iter().any(|f| busy.contains(f)) {
+            let busy = known_busy.contains(name) || flows.iter().any(|f| looked_busy.contains(f));
+            if ceiling < 1 || !busy {
                 // The guard: a ceiling below 1 grants nothing.
                 continue;
             }
@@ -315,6 +346,9 @@ impl Arbiter {
             .run(Operation::ClaimWork, self.store.lease_claim(&scope))
             .await?;
         let takes: Vec<Take> = held.takes.iter().map(|(_, take)| *take).collect();
+        for ((name, take), used) in held.takes.iter().zip(&leases.used) {
+            self.busy_lanes.record(name, *used == take.taken);
+        }
         held.settle(&leases.used).await;
         let lifts_first = earliest(lifts_first, leases.places_full);
         Ok(Leased {

@@ -473,6 +473,34 @@ async fn a_closed_quota_does_not_block_another_and_unused_slots_are_given_back(p
 }
 
 #[sqlx::test]
+async fn a_lane_that_ran_dry_gives_back_its_take_and_is_looked_at_next_time(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "q", 10, "f", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "f", 2).await;
+    let got = claim(&app, json!({"worker": "w-1", "max": 2})).await;
+    assert_eq!(got.items.len(), 2);
+
+    // Every slot taken was used: the next claim takes without looking first,
+    // finds the queue empty and gives the slots back before it answers.
+    let takes = deciding_statements(&app).await;
+    let empty = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    assert_eq!(empty.outcome, ClaimOutcome::Empty);
+    assert_eq!(current_count(&pool, "q").await, 2, "the take given back");
+    assert_eq!(deciding_statements(&app).await, takes + 1.0);
+
+    // Its queue ran dry: the next claim looks first, and takes nothing.
+    let empty = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    assert_eq!(empty.outcome, ClaimOutcome::Empty);
+    assert_eq!(deciding_statements(&app).await, takes + 1.0, "no take");
+
+    enqueue_n(&app, "f", 1).await;
+    let got = claim(&app, json!({"worker": "w-1", "max": 5})).await;
+    assert_eq!(got.items.len(), 1);
+    assert_eq!(current_count(&pool, "q").await, 3);
+}
+
+#[sqlx::test]
 async fn a_deferred_claim_without_deadlines_waits_for_the_next_window(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 1, "invoice", "enforce").await;
