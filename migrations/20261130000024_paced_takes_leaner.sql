@@ -104,6 +104,9 @@ BEGIN
                                     ORDER BY x DESC
                                     LIMIT (SELECT count(*) FROM free f WHERE f.qi = q.qi)) l)
                         ELSE q.total END AS carried
+            -- Computed once per quota: without the fence the planner copies the
+            -- subquery into each of the three places `slots` reads it.
+            OFFSET 0
         ) AS t
     ), reserved AS (
         INSERT INTO quota_window AS w (quota, window_start, count, last_take)
