@@ -186,10 +186,10 @@ async fn give_back(store: Store, unused: Vec<(String, Take, i64)>) {
 pub(super) struct BusyLanes(Arc<Mutex<HashSet<String>>>);
 
 impl BusyLanes {
-    fn known(&self, lanes: &Lanes) -> BTreeSet<String> {
+    fn known<'a>(&self, lanes: &'a Lanes) -> BTreeSet<&'a str> {
         let busy = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let names = lanes.enforced.keys();
-        names.filter(|name| busy.contains(*name)).cloned().collect()
+        let names = lanes.enforced.keys().map(String::as_str);
+        names.filter(|name| busy.contains(*name)).collect()
     }
 
     fn record(&self, quota: &str, busy: bool) {
@@ -299,7 +299,7 @@ impl Arbiter {
         let enforced_flows: Vec<String> = lanes
             .enforced
             .iter()
-            .filter(|(name, _)| !known_busy.contains(*name))
+            .filter(|(name, _)| !known_busy.contains(name.as_str()))
             .flat_map(|(_, (_, f))| f.clone())
             .collect();
         let looked_busy = if enforced_flows.is_empty() {
@@ -316,7 +316,8 @@ impl Arbiter {
         let mut lifts_first = None;
         for (name, (quota, flows)) in &lanes.enforced {
             let ceiling = lanes.take_ceilings[name];
-            let busy = known_busy.contains(name) || flows.iter().any(|f| looked_busy.contains(f));
+            let busy =
+                known_busy.contains(name.as_str()) || flows.iter().any(|f| looked_busy.contains(f));
             if ceiling < 1 || !busy {
                 // The guard: a ceiling below 1 grants nothing.
                 continue;
