@@ -41,6 +41,80 @@ async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: 
     assert_eq!(end, Utc.with_ymd_and_hms(2026, 11, 30, 15, 0, 0).unwrap());
 }
 
+/// Instants around daylight-saving changes and odd offsets, each read in
+/// sessions of zones whose hours are not UTC's (half and quarter hours, a
+/// half-hour daylight saving): every window bound is the UTC one.
+#[sqlx::test]
+async fn window_bounds_are_utc_hours_in_every_session_time_zone(pool: PgPool) {
+    let zones = [
+        "UTC",
+        "Asia/Kolkata",
+        "Asia/Kathmandu",
+        "America/St_Johns",
+        "Australia/Lord_Howe",
+        "Europe/London",
+        "America/New_York",
+    ];
+    let instants: Vec<DateTime<Utc>> = [
+        "2026-03-08T06:59:59.999999Z", // New York springs forward at 07:00Z
+        "2026-03-08T07:00:00Z",
+        "2026-03-29T01:30:00Z", // London, at 01:00Z
+        "2026-04-04T15:15:00Z", // Lord Howe falls back half an hour, at 15:00Z
+        "2026-10-04T15:45:00Z", // and springs forward, at 15:30Z
+        "2026-11-01T05:59:59Z", // New York falls back at 06:00Z
+        "2026-11-01T06:20:34.5Z",
+        "2026-11-30T14:45:00Z",
+        "2026-12-31T23:59:59.999999Z",
+    ]
+    .iter()
+    .map(|t| t.parse().unwrap())
+    .collect();
+    let mut conn = pool.acquire().await.unwrap();
+    for zone in zones {
+        sqlx::query(&format!("SET TIME ZONE '{zone}'"))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        for &ts in &instants {
+            let start = ts.duration_trunc(chrono::Duration::hours(1)).unwrap();
+            for seconds in [1, 10, 900] {
+                let step = chrono::Duration::seconds(seconds);
+                let admit_window = start + step * ((ts - start).num_seconds() / seconds) as i32;
+                let bounds: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
+                    "SELECT window_start_of($1), window_end_of($1), admit_window_of($1, $2)",
+                )
+                .bind(ts)
+                .bind(seconds as i32)
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+                let expected = (start, start + chrono::Duration::hours(1), admit_window);
+                assert_eq!(bounds, expected, "{ts} in a {zone} session, {seconds} s");
+            }
+        }
+    }
+}
+
+/// Every deciding statement reads its window's bounds: they must be
+/// expressions the planner folds into the statement, not calls through the
+/// SQL-function executor (which a body more volatile than its declaration
+/// forces; design.md §5).
+#[sqlx::test]
+async fn window_bounds_are_inlined_into_the_statements_that_read_them(pool: PgPool) {
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN (VERBOSE, COSTS OFF)
+         SELECT window_start_of(arbiter_now()), window_end_of(arbiter_now()),
+                admit_window_of(arbiter_now(), 10)",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    for function in ["window_start_of", "window_end_of", "admit_window_of"] {
+        assert!(!plan.contains(function), "{function} not inlined:\n{plan}");
+    }
+}
+
 #[sqlx::test]
 async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: PgPool) {
     // 40 minutes past the UTC hour is 10 past the hour in Kolkata: a naive
