@@ -12,8 +12,30 @@ use quota_arbiter::{operator, shell_worker, store, telemetry};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// How many tasks a runtime worker runs between two looks for socket
+/// readiness when it never runs out of tasks (tokio's default is 61). A
+/// group's leader waits on the database's answer while the request tasks of
+/// the next group keep the workers busy: with the default, the answer could
+/// sit unnoticed behind dozens of them, and the whole group with it. Looking
+/// every 7 tasks made the benchmark's paced arms faster by a fifth to a
+/// third and left the others within their noise (README, "Runtime").
+const TASKS_BETWEEN_IO_LOOKS: u32 = 7;
+
+fn main() -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .event_interval(TASKS_BETWEEN_IO_LOOKS)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(serve_or_run()),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve_or_run() -> ExitCode {
     let args: Vec<_> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
