@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// the next group keep the workers busy: with the default, the answer could
 /// sit unnoticed behind dozens of them, and the whole group with it. Looking
 /// every 7 tasks made the benchmark's paced arms faster by a fifth to a
-/// third and left the others within their noise (README, "Runtime").
+/// third and left the others within their noise (docs/design.md §8).
 const TASKS_BETWEEN_IO_LOOKS: u32 = 7;
 
 fn main() -> ExitCode {
