@@ -16,23 +16,19 @@ pub async fn arm(
     class: &str,
     principal: impl Fn() -> usize + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<Arm> {
-    let (client, url, class) = (
-        load.client.clone(),
-        load.url("/v1/admit"),
-        class.to_string(),
-    );
-    load.drive(name, Stop::Elapsed, move |_| {
-        let (client, url, class, who) = (client.clone(), url.clone(), class.clone(), principal());
+    let (client, class) = (load.client.clone(), class.to_string());
+    load.drive(name, Stop::Elapsed, move |call| {
+        let (client, class, who) = (client.clone(), class.clone(), principal());
         async move {
-            let status = client
-                .get(&url)
-                .header("X-Quota-Route-Class", &class)
-                .header("X-Quota-Principal", format!("caller-{who}"))
-                .header("X-Quota-Tenant", format!("tenant-{}", who % TENANTS))
-                .send()
-                .await?
-                .status();
-            Ok(Some(label(status.as_u16())))
+            let principal = format!("caller-{who}");
+            let tenant = format!("tenant-{}", who % TENANTS);
+            let headers = [
+                ("X-Quota-Route-Class", class.as_str()),
+                ("X-Quota-Principal", principal.as_str()),
+                ("X-Quota-Tenant", tenant.as_str()),
+            ];
+            let response = client.get(call.caller, "/v1/admit", &headers).await?;
+            Ok(Some(label(response.status)))
         }
     })
     .await

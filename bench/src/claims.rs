@@ -26,14 +26,15 @@ struct ClaimAnswer {
 
 /// `POST /v1/work` on `flow` for the arm's duration.
 pub async fn enqueue(load: &Load, flow: &str) -> anyhow::Result<Arm> {
-    let (client, url, flow) = (load.client.clone(), load.url("/v1/work"), flow.to_string());
+    let (client, flow) = (load.client.clone(), flow.to_string());
     load.drive("POST /v1/work (enqueue)", Stop::Elapsed, move |call| {
-        let (client, url, flow) = (client.clone(), url.clone(), flow.clone());
+        let (client, flow) = (client.clone(), flow.clone());
         async move {
             let n = call.n;
             let body = json!({"flow": flow, "payload": {"n": n}, "ref": format!("{flow}-{n}")});
-            let response = client.post(&url).json(&body).send().await?;
-            response.error_for_status()?;
+            let response = client.post_json(call.caller, "/v1/work", &body).await?;
+            let status = response.status;
+            anyhow::ensure!((200..300).contains(&status), "POST /v1/work: HTTP {status}");
             Ok(Some("enqueued"))
         }
     })
@@ -45,22 +46,23 @@ pub async fn enqueue(load: &Load, flow: &str) -> anyhow::Result<Arm> {
 /// store timeout) is asked again, as a worker would; its latency includes the
 /// retries and it is counted apart.
 pub async fn claim(load: &Load, flow: &str) -> anyhow::Result<Arm> {
-    let (client, url) = (load.client.clone(), load.url("/v1/work/claim"));
-    let flow = flow.to_string();
+    let (client, flow) = (load.client.clone(), flow.to_string());
     load.drive("claims, max 1", Stop::Elapsed, move |call| {
-        let (client, url) = (client.clone(), url.clone());
+        let client = client.clone();
         let body = json!({"worker": format!("bench-{}", call.caller), "flows": [flow], "max": 1});
         async move {
             let mut unavailable = false;
             let response = loop {
-                let response = client.post(&url).json(&body).send().await?;
-                if response.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                let response = client
+                    .post_json(call.caller, "/v1/work/claim", &body)
+                    .await?;
+                if response.status != 503 {
                     break response;
                 }
                 unavailable = true;
                 tokio::time::sleep(RETRY_AFTER_UNAVAILABLE).await;
             };
-            let answer: ClaimAnswer = response.error_for_status()?.json().await?;
+            let answer: ClaimAnswer = response.json()?;
             Ok(match (answer.outcome.as_str(), unavailable) {
                 ("empty", _) => None,
                 ("claimed", false) => Some("claimed"),

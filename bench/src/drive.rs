@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cpu::CpuSpent;
+use crate::http;
 
 /// What one arm measured.
 #[derive(Clone, Debug)]
@@ -105,19 +106,15 @@ pub enum Stop {
 }
 
 /// The service under load and how hard every arm of the run drives it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Load {
-    pub client: reqwest::Client,
-    pub base: String,
+    /// A connection per caller (`Call::caller`).
+    pub client: Arc<http::Client>,
     pub concurrency: usize,
     pub duration: Duration,
 }
 
 impl Load {
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
     /// Runs `call` from `concurrency` callers, each calling again as soon as
     /// it has its answer, until `stop`. A call answers what to count it as,
     /// or `None` to stop its caller without counting it (a drained queue).

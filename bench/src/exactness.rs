@@ -89,16 +89,12 @@ pub async fn paced_grants(
     flow: &str,
     (rate, burst): (f64, f64),
 ) -> anyhow::Result<PacedGrants> {
-    let (client, url, flow) = (
-        load.client.clone(),
-        load.url("/v1/reserve"),
-        flow.to_string(),
-    );
+    let (client, flow) = (load.client.clone(), flow.to_string());
     let arm = load
-        .drive("cadence check", Stop::Elapsed, move |_| {
-            let (client, url, flow) = (client.clone(), url.clone(), flow.clone());
+        .drive("cadence check", Stop::Elapsed, move |call| {
+            let (client, flow) = (client.clone(), flow.clone());
             async move {
-                let answer = reserve(&client, &url, &flow).await?;
+                let answer = reserve(&client, call.caller, &flow).await?;
                 if answer.outcome != Outcome::Granted {
                     let wait = answer
                         .retry_at

@@ -10,6 +10,7 @@ mod claims;
 mod cpu;
 mod drive;
 mod exactness;
+mod http;
 mod pgbench;
 mod report;
 mod reserve;
@@ -18,6 +19,7 @@ mod setup;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -130,20 +132,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     declare_run(&store, &names, &args).await?;
 
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .build()?;
-    let service = Service::start(
-        &binary,
-        &args.database_url,
-        args.server_max_connections,
-        &client,
-    )
-    .await?;
+    let service = Service::start(&binary, &args.database_url, args.server_max_connections).await?;
     let (c, d) = (args.concurrency, args.duration);
     let load = Load {
-        client,
-        base: service.base.clone(),
+        client: Arc::new(http::Client::new(&service.base, c)?),
         concurrency: c,
         duration: d,
     };

@@ -7,6 +7,7 @@ use quota_arbiter::decision::{Limit, Outcome};
 use serde::Deserialize;
 
 use crate::drive::{Arm, Load, Stop};
+use crate::http::Client;
 
 /// The part of a decision the bench reads.
 #[derive(Debug, Deserialize)]
@@ -34,15 +35,11 @@ impl Answer {
     }
 }
 
-/// One slot of `flow`, as a worker asks before an emission (`url`: the
-/// service's `/v1/reserve`).
-pub async fn reserve(client: &reqwest::Client, url: &str, flow: &str) -> anyhow::Result<Answer> {
-    let response = client
-        .post(url)
-        .json(&serde_json::json!({ "flow": flow }))
-        .send()
-        .await?;
-    Ok(response.error_for_status()?.json().await?)
+/// One slot of `flow`, as a worker asks before an emission, on `caller`'s
+/// connection.
+pub async fn reserve(client: &Client, caller: usize, flow: &str) -> anyhow::Result<Answer> {
+    let body = serde_json::json!({ "flow": flow });
+    client.post_json(caller, "/v1/reserve", &body).await?.json()
 }
 
 /// Callers reserving on the flows `pick` names until `stop`, each answer
@@ -53,10 +50,10 @@ pub async fn arm(
     stop: Stop,
     pick: impl Fn() -> String + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<Arm> {
-    let (client, url) = (load.client.clone(), load.url("/v1/reserve"));
-    load.drive(name, stop, move |_| {
-        let (client, url, flow) = (client.clone(), url.clone(), pick());
-        async move { Ok(Some(reserve(&client, &url, &flow).await?.label())) }
+    let client = load.client.clone();
+    load.drive(name, stop, move |call| {
+        let (client, flow) = (client.clone(), pick());
+        async move { Ok(Some(reserve(&client, call.caller, &flow).await?.label())) }
     })
     .await
 }
@@ -64,11 +61,12 @@ pub async fn arm(
 /// `GET /healthz`: what the HTTP stack alone answers per second, the floor
 /// under every other arm.
 pub async fn healthz(load: &Load) -> anyhow::Result<Arm> {
-    let (client, url) = (load.client.clone(), load.url("/healthz"));
-    load.drive("GET /healthz (HTTP floor)", Stop::Elapsed, move |_| {
-        let (client, url) = (client.clone(), url.clone());
+    let client = load.client.clone();
+    load.drive("GET /healthz (HTTP floor)", Stop::Elapsed, move |call| {
+        let client = client.clone();
         async move {
-            client.get(&url).send().await?.error_for_status()?;
+            let status = client.get(call.caller, "/healthz", &[]).await?.status;
+            anyhow::ensure!(status == 200, "GET /healthz: HTTP {status}");
             Ok(Some("ok"))
         }
     })

@@ -11,6 +11,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::http;
+
 /// How long the service may take to listen, and then to be ready.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -81,7 +83,6 @@ impl Service {
         binary: &Path,
         database_url: &str,
         max_connections: Option<u32>,
-        client: &reqwest::Client,
     ) -> anyhow::Result<Self> {
         let mut command = command(binary, database_url);
         command
@@ -118,15 +119,16 @@ impl Service {
             base: format!("http://{addr}"),
             child,
         };
-        service.ready(client).await?;
+        service.ready().await?;
         Ok(service)
     }
 
-    async fn ready(&self, client: &reqwest::Client) -> anyhow::Result<()> {
+    async fn ready(&self) -> anyhow::Result<()> {
+        let client = http::Client::new(&self.base, 1)?;
         let started = Instant::now();
         loop {
-            let answer = client.get(format!("{}/readyz", self.base)).send().await;
-            if answer.is_ok_and(|a| a.status().is_success()) {
+            let answer = client.get(0, "/readyz", &[]).await;
+            if answer.is_ok_and(|a| a.status == 200) {
                 return Ok(());
             }
             anyhow::ensure!(
