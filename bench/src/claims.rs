@@ -33,8 +33,7 @@ pub async fn enqueue(load: &Load, flow: &str) -> anyhow::Result<Arm> {
             let n = call.n;
             let body = json!({"flow": flow, "payload": {"n": n}, "ref": format!("{flow}-{n}")});
             let response = client.post_json(call.caller, "/v1/work", &body).await?;
-            let status = response.status;
-            anyhow::ensure!((200..300).contains(&status), "POST /v1/work: HTTP {status}");
+            response.success()?;
             Ok(Some("enqueued"))
         }
     })

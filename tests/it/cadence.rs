@@ -174,6 +174,7 @@ async fn a_full_window_outranks_missing_tokens(pool: PgPool) {
         refused.window_start.map(|w| w + chrono::Duration::hours(1))
     );
 }
+
 #[sqlx::test]
 async fn a_restart_does_not_refill_the_bucket(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
