@@ -6,9 +6,10 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::serve::{Listener, ListenerExt, TapIo};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::arbiter::Arbiter;
 use crate::auth::KeyRing;
@@ -46,8 +47,29 @@ const ADMIT_WINDOW_RETENTION: Duration = Duration::from_secs(3600);
 /// memory (statements answered late included) before giving them up.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// The service's listener: every connection it accepts sends what it is
+/// given at once ([`send_at_once`]).
+type HttpListener = TapIo<TcpListener, fn(&mut TcpStream)>;
+
+/// Binds the service's listener.
+async fn bind(addr: SocketAddr) -> std::io::Result<HttpListener> {
+    let listener = TcpListener::bind(addr).await?;
+    Ok(listener.tap_io(send_at_once as fn(&mut TcpStream)))
+}
+
+/// Turns Nagle's algorithm off on an accepted connection. With it on, a
+/// small write that follows one the peer has not acknowledged yet (an event
+/// of `GET /v1/stream` after the one before it; the tail of an answer
+/// longer than a segment) waits for that acknowledgement, which a peer with
+/// nothing to send back may delay by up to 40 ms.
+fn send_at_once(stream: &mut TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
+    }
+}
+
 pub struct Application {
-    listener: TcpListener,
+    listener: HttpListener,
     state: AppState,
     ledger: Ledger,
     background: Vec<tokio::task::JoinHandle<()>>,
@@ -67,7 +89,7 @@ impl Application {
     }
 
     pub async fn build_with_pool(config: Config, pool: PgPool) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind(config.listen).await?;
+        let listener = bind(config.listen).await?;
         let store = Store::new(pool);
         let keys = KeyRing::default();
         let (catalog, ledger, clock, metrics) = (
@@ -384,4 +406,19 @@ async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_listener_sends_without_waiting_for_acknowledgements() {
+        let mut listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).await.unwrap();
+        assert!(!client.nodelay().unwrap(), "a fresh socket has Nagle on");
+        let (accepted, _) = listener.accept().await;
+        assert!(accepted.nodelay().unwrap());
+    }
 }
