@@ -215,6 +215,34 @@ async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
     }
 }
 
+/// The paced statement recovers the factor of every adaptive bucket it
+/// locks: in double precision (numeric exponentiation cost ten times as
+/// much), and a factor already back at 1 stays 1 without a power at all.
+#[sqlx::test]
+async fn the_factor_recovers_in_double_precision(pool: PgPool) {
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN (VERBOSE, COSTS OFF) SELECT recovered_factor(factor, factor_at) FROM quota_bucket",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    let power = plan.split("power(").nth(1).expect("the power, inlined");
+    let base = power.split(',').next().unwrap();
+    assert!(base.contains("double precision"), "{plan}");
+    for (factor, seconds) in [(1.0, 0.0), (1.0, 86_400.0), (2.0, 10.0)] {
+        let recovered: f64 = sqlx::query_scalar(
+            "SELECT recovered_factor($1, arbiter_now() - make_interval(secs => $2))",
+        )
+        .bind(factor)
+        .bind(seconds)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(recovered, 1.0, "factor {factor}, {seconds} s ago");
+    }
+}
+
 #[sqlx::test]
 async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
     let mut config = crate::helpers::test_config();
