@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
-use sqlx::PgPool;
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
 
 use crate::helpers::{create_flow, eventually, metrics_text, TestApp};
 use crate::work::count_of;
@@ -163,4 +164,44 @@ async fn an_item_the_store_refuses_fails_only_itself(pool: PgPool) {
     assert_eq!(stored, 17);
     // The group's statement and the poisoned item's own: two more errors.
     assert_eq!(errors().await, "3");
+}
+
+/// The statement alone, once: every item of a group has its row, two items
+/// with one ref get the one item created for the first, and a ref seen
+/// before answers its existing item (the store's retry would hide a row
+/// missing here, at the cost of another statement).
+#[sqlx::test]
+async fn one_enqueue_statement_answers_every_item_of_its_group(pool: PgPool) {
+    create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
+    let enqueue = |refs: Vec<Option<&'static str>>| {
+        let pool = pool.clone();
+        async move {
+            let n = refs.len();
+            let rows = sqlx::query(include_str!("../../sql/work_enqueue.sql"))
+                .bind(vec!["invoice"; n])
+                .bind(refs)
+                .bind(vec![None::<chrono::DateTime<chrono::Utc>>; n])
+                .bind(vec![None::<i16>; n])
+                .bind((0..n).map(|i| json!({ "n": i })).collect::<Vec<Value>>())
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+            let column = |row: &PgRow, name: &str| row.get::<i64, _>(name);
+            rows.iter()
+                .map(|r| (column(r, "n!"), column(r, "id!"), r.get("created!")))
+                .collect::<Vec<(i64, i64, bool)>>()
+        }
+    };
+    let before = enqueue(vec![Some("old")]).await;
+    let old = before[0].1;
+    let rows = enqueue(vec![Some("a"), None, Some("a"), Some("old"), None]).await;
+    let ns: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(ns, [1, 2, 3, 4, 5], "one row per item, in order: {rows:?}");
+    let (a, second_a) = (rows[0], rows[2]);
+    assert!(a.2 && !second_a.2, "created for the first only: {rows:?}");
+    assert_eq!(a.1, second_a.1, "one item for one ref: {rows:?}");
+    assert_eq!((rows[3].1, rows[3].2), (old, false), "the item seen before");
+    assert!(rows[1].2 && rows[4].2 && rows[1].1 != rows[4].1, "{rows:?}");
+    let stored = count_of(&pool, "SELECT count(*) FROM work_item").await;
+    assert_eq!(stored, 4, "old, a and the two without a ref");
 }
