@@ -195,18 +195,22 @@ async fn clients_of_a_stopped_arbiter_keep_their_share_and_the_window_counts_it(
     assert_eq!(bypasses, Some(15), "the due decisions tallied as bypasses");
 }
 
+/// `factor`, set `seconds` ago, as the SQL function recovers it now.
+async fn recovered_in_sql(pool: &PgPool, factor: f64, seconds: f64) -> f64 {
+    sqlx::query_scalar("SELECT recovered_factor($1, arbiter_now() - make_interval(secs => $2))")
+        .bind(factor)
+        .bind(seconds)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 #[sqlx::test]
 async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
     // The SQL function the arbiter recovers its adaptive factor with, and
     // the client's, over a few elapsed times.
     for seconds in [0.0, 1.0, 37.5, 120.0, 1000.0] {
-        let sql: f64 = sqlx::query_scalar(
-            "SELECT recovered_factor(0.3, arbiter_now() - make_interval(secs => $1))",
-        )
-        .bind(seconds)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        let sql = recovered_in_sql(&pool, 0.3, seconds).await;
         let rust = quota_arbiter_client::recovered_factor(0.3, Duration::from_secs_f64(seconds));
         assert!(
             (sql - rust).abs() < 1e-9,
@@ -231,14 +235,7 @@ async fn the_factor_recovers_in_double_precision(pool: PgPool) {
     let base = power.split(',').next().unwrap();
     assert!(base.contains("double precision"), "{plan}");
     for (factor, seconds) in [(1.0, 0.0), (1.0, 86_400.0), (2.0, 10.0)] {
-        let recovered: f64 = sqlx::query_scalar(
-            "SELECT recovered_factor($1, arbiter_now() - make_interval(secs => $2))",
-        )
-        .bind(factor)
-        .bind(seconds)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        let recovered = recovered_in_sql(&pool, factor, seconds).await;
         assert_eq!(recovered, 1.0, "factor {factor}, {seconds} s ago");
     }
 }
