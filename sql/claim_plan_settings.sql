@@ -9,7 +9,13 @@
 -- table looks like a few rows to the planner, which then reads a flow's whole
 -- backlog through a bitmap and sorts it instead of walking the pending index
 -- in rationing order and stopping at the claim's size: measured at 161 ms
--- against 0.4 ms for 180,000 items just enqueued (2026-12-01). Every walk of
--- the claim has an index in its own order or looks rows up by key.
+-- against 0.4 ms for 180,000 items just enqueued (2026-12-01).
+-- enable_seqscan: a generic plan is kept for as long as the connection lives,
+-- and one made while the registry was empty (a new deployment, a new queue)
+-- reads the whole table instead of its indexes once it has grown: a hash join
+-- over every row to lease 30 items, until a vacuum or an analyze happens to
+-- invalidate the plan. Every walk of the claim has an index in its own order
+-- or looks rows up by key.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode,
-       set_config('enable_bitmapscan', 'off', true) AS enable_bitmapscan
+       set_config('enable_bitmapscan', 'off', true) AS enable_bitmapscan,
+       set_config('enable_seqscan', 'off', true) AS enable_seqscan

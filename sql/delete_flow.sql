@@ -2,7 +2,7 @@
 -- claimed as never throttled): then nothing is deleted and they are counted.
 WITH open_work AS (
     -- Pending or claimed (not done), spelled so that each side finds its
-    -- own index (pending by flow, claimed by flow and lease).
+    -- own index (pending by flow, claimed by when their lease runs out).
     SELECT count(*) AS items FROM work_item
     WHERE flow = $1 AND (state = 'pending' OR state = 'claimed')
 ), deleted AS (

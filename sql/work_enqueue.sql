@@ -4,44 +4,16 @@
 -- the existing item instead ("created" false), as a reader sees it (a lapsed
 -- claim reads `pending`); two items of the group with one ref get one item,
 -- created for the first. Each item's id is drawn before the insert, so an
--- answer finds its own row whatever order the insert returns them in (the
--- sequence is looked up once: per item, pg_get_serial_sequence() was a tenth
--- of the statement).
+-- answer finds its own row whatever order the insert returns them in.
+-- The statement is enqueue_work() (migration 20261130000028, which says why
+-- it is a function: its plan is made without sequential scans).
 -- One row per item, `n` its position (from 1); an item whose ref a concurrent
 -- enqueue has inserted but not committed yet has no row: ask again.
-WITH asked AS (
-    SELECT a.n, nextval((SELECT pg_get_serial_sequence('work_item', 'id'))::regclass) AS id,
-           a.flow, a.ref, a.deadline, a.priority, a.payload
-    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::smallint[], $5::jsonb[])
-         WITH ORDINALITY AS a (flow, ref, deadline, priority, payload, n)
-), inserted AS (
-    INSERT INTO work_item (id, flow, ref, deadline, priority, payload)
-    OVERRIDING SYSTEM VALUE
-    SELECT a.id, a.flow, a.ref, a.deadline,
-           coalesce(a.priority, f.priority, 2::smallint), a.payload
-    FROM asked a
-    LEFT JOIN flow f ON f.name = a.flow
-    ORDER BY a.n
-    ON CONFLICT (ref) DO NOTHING
-    RETURNING *
-), found AS (
-    -- Each item's row, matched by key (hash joins, not a scan of every row
-    -- for every item): the row it inserted; or, for an item whose ref came
-    -- earlier in the group, the row inserted for the first; or the row of a
-    -- ref seen before (this statement's snapshot does not see what it
-    -- inserts).
-    SELECT a.n, a.id AS asked_id, i.* FROM asked a JOIN inserted i ON i.id = a.id
-    UNION ALL
-    SELECT a.n, a.id, i.* FROM asked a JOIN inserted i ON i.ref = a.ref AND i.id <> a.id
-    UNION ALL
-    SELECT a.n, a.id, w.* FROM asked a JOIN work_item w ON w.ref = a.ref
-    WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i.ref = w.ref)
-)
-SELECT f.n AS "n!", f.id AS "id!", f.flow AS "flow!", f.ref AS reference, f.deadline,
-       f.priority AS "priority!", f.payload AS "payload!",
-       work_state_now(f.state, f.lease_until) AS "state!", f.outcome,
-       f.attempts AS "attempts!", f.claimed_by, f.enqueued_at AS "enqueued_at!",
-       f.claimed_at, f.lease_until, f.done_at, f.not_before,
-       f.id = f.asked_id AS "created!"
-FROM found f
-ORDER BY f.n
+SELECT t.o_n AS "n!", t.o_id AS "id!", t.o_flow AS "flow!", t.o_ref AS reference,
+       t.o_deadline AS deadline, t.o_priority AS "priority!", t.o_payload AS "payload!",
+       t.o_state AS "state!", t.o_outcome AS outcome, t.o_attempts AS "attempts!",
+       t.o_claimed_by AS claimed_by, t.o_enqueued_at AS "enqueued_at!",
+       t.o_claimed_at AS claimed_at, t.o_lease_until AS lease_until, t.o_done_at AS done_at,
+       t.o_not_before AS not_before, t.o_created AS "created!"
+FROM enqueue_work($1::text[], $2::text[], $3::timestamptz[], $4::smallint[], $5::jsonb[]) AS t
+ORDER BY t.o_n
