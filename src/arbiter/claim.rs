@@ -212,7 +212,10 @@ pub(super) struct Leased {
 }
 
 impl Arbiter {
-    #[tracing::instrument(skip_all, fields(worker = %request.worker, max = request.max))]
+    // Debug level, as `decide`: a span per claim is paid for (an entry in the
+    // span registry, its fields formatted as JSON) whether or not anything is
+    // logged in it.
+    #[tracing::instrument(level = "debug", skip_all, fields(worker = %request.worker, max = request.max))]
     pub async fn claim(
         &self,
         bypass: &BypassDesk,
