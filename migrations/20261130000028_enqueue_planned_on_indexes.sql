@@ -1,11 +1,11 @@
 -- The enqueue statement (sql/work_enqueue.sql) as a function whose plan is
 -- made without sequential scans, the way the claim's statements are planned
--- (sql/claim_plan_settings.sql); the statement and its answer are unchanged.
+-- (sql/claim_plan_settings.sql); its answer is unchanged.
 -- A prepared statement keeps its generic plan for as long as the connection
 -- lives, and one made while the registry was empty or nearly so (a new
 -- deployment, the first enqueues of a run) found the rows of refs seen before
 -- by reading the whole table into a hash: at 40,000 items, 6.8 ms a group of
--- 32 where the ref index takes 0.1 ms, until a vacuum or an analyze of the
+-- 32 where the ref index takes under 0.1 ms, until a vacuum or an analyze of the
 -- table happened to invalidate the plan (measured 2026-12-01: the bench's
 -- enqueue arm read 28 million rows in 1,344 groups). A function's SET clause
 -- is the one place a single statement can take planner settings.
