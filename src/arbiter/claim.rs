@@ -5,7 +5,8 @@
 //! the group's `max` slots in a statement of its own, in name order, so a
 //! claim holds a quota's window row for that statement only and claims of
 //! one quota no longer queue behind each other's transaction. One
-//! transaction then locks the due items (leased as `bypassed`, without a
+//! transaction, begun while the takes run (its first look needs no slot),
+//! locks the due items (leased as `bypassed`, without a
 //! reservation), the items of never-throttled and observed flows, and for
 //! each enforced lane as many of its most urgent items as it took slots (and
 //! has free in-flight places); the best in rationing order are leased, to
@@ -25,7 +26,7 @@ use utoipa::ToSchema;
 
 use super::observe::{late_would_defers, past_ceiling};
 use super::rationing::Ask;
-use super::shell::{Operation, StoreError};
+use super::shell::{Operation, Shell, StoreError};
 use super::with_rule;
 use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
@@ -287,9 +288,9 @@ impl Arbiter {
 
     /// For a group of claims of the same flows: takes the slots of each
     /// enforced lane with work (a look says which, for the lanes not known
-    /// busy), each in a statement of its own, then leases items in one
-    /// transaction, then gives back the slots no leased item uses; all
-    /// within one time budget.
+    /// busy), each in a statement of its own, while the transaction begins
+    /// with its first look; then leases items in that transaction, then
+    /// gives back the slots no leased item uses; all within one time budget.
     pub(super) async fn lease_items(
         &self,
         lanes: &Lanes,
@@ -313,19 +314,64 @@ impl Arbiter {
                 .busy_flows(worker_flows, horizon_seconds, &enforced_flows);
             shell.run(Operation::ClaimWork, look).await?
         };
-        let wanted = Claimant::most_items(claimants);
+        let busy = |name: &str, flows: &[String]| {
+            known_busy.contains(name) || flows.iter().any(|f| looked_busy.contains(f))
+        };
+        // The transaction's first look needs no slot: it runs while the
+        // lanes take theirs, on a connection of its own.
+        let begin = self
+            .store
+            .begin_claim(worker_flows, horizon_seconds, claimants);
+        let (begun, taken) = tokio::join!(
+            shell.run(Operation::ClaimWork, begin),
+            self.take_for_lanes(&shell, lanes, busy, Claimant::most_items(claimants)),
+        );
+        let (held, enforced, lifts_first) = taken?;
+        let begun = begun?;
+        let scope = ClaimScope {
+            claimants,
+            worker_flows,
+            horizon_seconds,
+            observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),
+            enforced,
+        };
+        let leases = shell
+            .run(Operation::ClaimWork, self.store.lease_claim(begun, &scope))
+            .await?;
+        let takes: Vec<Take> = held.takes.iter().map(|(_, take)| *take).collect();
+        for ((name, take), used) in held.takes.iter().zip(&leases.used) {
+            self.busy_lanes.record(name, *used == take.taken);
+        }
+        held.settle(&leases.used).await;
+        let lifts_first = earliest(lifts_first, leases.places_full);
+        Ok(Leased {
+            leases,
+            takes,
+            lifts_first,
+        })
+    }
+
+    /// Up to `wanted` slots for each enforced lane of `lanes` that is
+    /// `busy`, each in a statement of its own: the slots held until the
+    /// items are leased, the lanes that took any, and of the takes that
+    /// stopped short, the limit that lifts first.
+    async fn take_for_lanes<'a>(
+        &self,
+        shell: &Shell,
+        lanes: &'a Lanes,
+        busy: impl Fn(&str, &[String]) -> bool,
+        wanted: i64,
+    ) -> Result<(HeldTakes, Vec<EnforcedLane<'a>>, Option<Refusal>), StoreError> {
         let mut held = HeldTakes::new(self.store.clone());
         let mut enforced = Vec::new();
         let mut lifts_first = None;
         for (name, (quota, flows)) in &lanes.enforced {
             let ceiling = lanes.take_ceilings[name];
-            let busy =
-                known_busy.contains(name.as_str()) || flows.iter().any(|f| looked_busy.contains(f));
-            if ceiling < 1 || !busy {
+            if ceiling < 1 || !busy(name, flows) {
                 // The guard: a ceiling below 1 grants nothing.
                 continue;
             }
-            let take = self.take_for_claim(&shell, quota, wanted, ceiling).await?;
+            let take = self.take_for_claim(shell, quota, wanted, ceiling).await?;
             // A take stopped short says when more could come, for the
             // claims of the group that get nothing.
             lifts_first = earliest(lifts_first, take.stopped_by);
@@ -339,27 +385,7 @@ impl Arbiter {
                 slots: take.taken,
             });
         }
-        let scope = ClaimScope {
-            claimants,
-            worker_flows,
-            horizon_seconds,
-            observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),
-            enforced,
-        };
-        let leases = shell
-            .run(Operation::ClaimWork, self.store.lease_claim(&scope))
-            .await?;
-        let takes: Vec<Take> = held.takes.iter().map(|(_, take)| *take).collect();
-        for ((name, take), used) in held.takes.iter().zip(&leases.used) {
-            self.busy_lanes.record(name, *used == take.taken);
-        }
-        held.settle(&leases.used).await;
-        let lifts_first = earliest(lifts_first, leases.places_full);
-        Ok(Leased {
-            leases,
-            takes,
-            lifts_first,
-        })
+        Ok((held, enforced, lifts_first))
     }
 
     /// Observed items are granted regardless; their quota's slots are spent

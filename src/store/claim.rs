@@ -12,7 +12,8 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::reserve::first_lease_expiry;
 use super::work::{
-    first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, Lane, PlaceLease,
+    first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, FirstLook, Lane,
+    PlaceLease,
 };
 use super::{Refusal, Store, Take, WorkItem};
 use crate::arbiter::share_up_to;
@@ -72,6 +73,12 @@ impl Claimant {
     pub fn most_items(claimants: &[Claimant]) -> i64 {
         claimants.iter().map(|claimant| claimant.max).sum()
     }
+}
+
+/// A claim's transaction after its first look.
+pub struct BegunClaim {
+    tx: Transaction<'static, Postgres>,
+    look: FirstLook,
 }
 
 /// What the transaction leased.
@@ -136,15 +143,36 @@ impl Store {
     /// items as it has slots (and free in-flight places); leases the best
     /// of them in rationing order, with a place each where the quota has
     /// them, to the claimants first come first served, each up to its `max`.
-    pub async fn lease_claim(&self, scope: &ClaimScope<'_>) -> Result<ClaimLeases, sqlx::Error> {
+    /// Begins a claim's transaction with its first look: the due items and
+    /// those of never-throttled flows, locked. It needs no slot, so it can
+    /// run while the group's lanes take theirs.
+    pub async fn begin_claim(
+        &self,
+        worker_flows: Option<&[String]>,
+        horizon_seconds: f64,
+        claimants: &[Claimant],
+    ) -> Result<BegunClaim, sqlx::Error> {
         let mut tx = self.claim_transaction().await?;
+        let max = Claimant::most_items(claimants);
+        let look = first_look(&mut tx, worker_flows, horizon_seconds, max, &[]).await?;
+        Ok(BegunClaim { tx, look })
+    }
+
+    /// The rest of a claim's transaction, begun by
+    /// [`begin_claim`](Self::begin_claim) with the same flows, horizon and
+    /// claimants as `scope`.
+    pub async fn lease_claim(
+        &self,
+        begun: BegunClaim,
+        scope: &ClaimScope<'_>,
+    ) -> Result<ClaimLeases, sqlx::Error> {
+        let BegunClaim { mut tx, look } = begun;
         let lane = |flows| Lane {
             flows,
             worker_flows: scope.worker_flows,
             horizon_seconds: scope.horizon_seconds,
         };
         let max = Claimant::most_items(scope.claimants);
-        let look = first_look(&mut tx, scope.worker_flows, scope.horizon_seconds, max, &[]).await?;
         let mut chosen: Vec<(Candidate, ClaimLane)> =
             look.due.into_iter().map(|c| (c, ClaimLane::Due)).collect();
         chosen.sort_by_key(|(c, _)| c.rank());

@@ -96,7 +96,9 @@ async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_it
         observed: Vec::new(),
         enforced: Vec::new(),
     };
-    let leases = Store::new(pool.clone()).lease_claim(&scope).await.unwrap();
+    let store = Store::new(pool.clone());
+    let begun = store.begin_claim(None, 900.0, &claimants).await.unwrap();
+    let leases = store.lease_claim(begun, &scope).await.unwrap();
     let by_claimant: Vec<Vec<i64>> = leases
         .items
         .iter()
