@@ -60,7 +60,11 @@ async fn serve_or_run() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load()?;
-    telemetry::init(config.log_format);
+    let log_to = match cli.command {
+        Command::Serve => telemetry::LogTo::Stdout,
+        _ => telemetry::LogTo::Stderr,
+    };
+    telemetry::init(config.log_format, log_to);
     for ignored in config::ignored_env_vars(
         std::env::vars_os().filter_map(|(name, _)| name.into_string().ok()),
     ) {

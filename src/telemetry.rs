@@ -2,17 +2,40 @@
 
 use std::io::IsTerminal;
 
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-pub fn init(format: LogFormat) {
+/// Where log lines go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogTo {
+    /// The service's own stream (`serve`: its log is its output).
+    Stdout,
+    /// The operator's commands: their standard output is their answer alone
+    /// (the key `KEY=$(quota-arbiter keys create …)` captures, a table), so
+    /// a warning there (a statement slow under load) would become part of it.
+    Stderr,
+}
+
+pub fn init(format: LogFormat, to: LogTo) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let (ansi, writer) = match to {
+        LogTo::Stdout => (
+            std::io::stdout().is_terminal(),
+            BoxMakeWriter::new(std::io::stdout),
+        ),
+        LogTo::Stderr => (
+            std::io::stderr().is_terminal(),
+            BoxMakeWriter::new(std::io::stderr),
+        ),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(std::io::stdout().is_terminal());
+        .with_ansi(ansi)
+        .with_writer(writer);
     let result = match format {
         LogFormat::Json => builder
             .json()

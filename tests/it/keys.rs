@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    cli, create_flow, database_url, eventually, postgres_host_port, problem_slug, set_limits,
-    stdout, test_config, Replica, TestApp, ADMIN_TOKEN,
+    cli, cli_with_env, create_flow, database_url, eventually, postgres_host_port, problem_slug,
+    set_limits, stdout, test_config, Replica, TestApp, ADMIN_TOKEN,
 };
 
 /// A key straight in the table, as `keys create` stores it.
@@ -58,6 +58,27 @@ async fn problem_type(response: reqwest::Response) -> String {
     );
     let problem: Value = response.json().await.unwrap();
     problem_slug(&problem)
+}
+
+/// `KEY=$(quota-arbiter keys create …)` captures the key alone, whatever the
+/// command logs (here every statement, as sqlx logs them at debug level; under
+/// load, a slow statement's warning): logs go to standard error.
+#[sqlx::test]
+async fn a_created_key_is_alone_on_standard_output_whatever_is_logged(pool: PgPool) {
+    let created = cli_with_env(
+        &pool,
+        &["keys", "create", "--role", "worker"],
+        &[("RUST_LOG", "debug")],
+    )
+    .await;
+    let out = stdout(&created);
+    let key = out.strip_suffix('\n').unwrap_or(&out);
+    assert!(
+        key.starts_with("qa_") && key.len() == 3 + 64 && !key.contains('\n'),
+        "stdout: {out:?}"
+    );
+    let logged = String::from_utf8_lossy(&created.stderr);
+    assert!(logged.lines().count() > 1, "the logs: {logged}");
 }
 
 #[sqlx::test]
