@@ -138,11 +138,6 @@ impl Store {
         Ok(look.busy)
     }
 
-    /// One transaction: locks the due items and those of never-throttled
-    /// flows, the observed lanes' items, and for each enforced lane as many
-    /// items as it has slots (and free in-flight places); leases the best
-    /// of them in rationing order, with a place each where the quota has
-    /// them, to the claimants first come first served, each up to its `max`.
     /// Begins a claim's transaction with its first look: the due items and
     /// those of never-throttled flows, locked. It needs no slot, so it can
     /// run while the group's lanes take theirs.
@@ -160,7 +155,12 @@ impl Store {
 
     /// The rest of a claim's transaction, begun by
     /// [`begin_claim`](Self::begin_claim) with the same flows, horizon and
-    /// claimants as `scope`.
+    /// claimants as `scope`: locks the observed lanes' items, and for each
+    /// enforced lane as many items as it has slots (and free in-flight
+    /// places); leases the best of them and the due and never-throttled
+    /// items the first look locked, in rationing order, with a place each
+    /// where the quota has them, to the claimants first come first served,
+    /// each up to its `max`.
     pub async fn lease_claim(
         &self,
         begun: BegunClaim,

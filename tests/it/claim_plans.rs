@@ -52,7 +52,7 @@ async fn a_claims_walk_over_a_backlog_not_analyzed_yet_follows_the_pending_index
 /// How this connection has read `table` (sequential scans, rows fetched
 /// through an index) in the statistics it has not reported yet: at least
 /// all its open transaction read.
-async fn reads_in_this_transaction(tx: &mut sqlx::PgConnection, table: &str) -> (i64, i64) {
+async fn reads_not_yet_reported(tx: &mut sqlx::PgConnection, table: &str) -> (i64, i64) {
     sqlx::query_as(
         "SELECT coalesce(seq_scan, 0), coalesce(idx_tup_fetch, 0)
          FROM pg_stat_xact_user_tables WHERE relname = $1",
@@ -134,8 +134,8 @@ async fn a_claims_statements_planned_on_an_empty_registry_read_by_key_once_it_gr
     .unwrap();
     assert_eq!(leased.rows_affected(), 32);
 
-    let (items_scanned, items_fetched) = reads_in_this_transaction(&mut conn, "work_item").await;
-    let (flows_scanned, flows_fetched) = reads_in_this_transaction(&mut conn, "flow").await;
+    let (items_scanned, items_fetched) = reads_not_yet_reported(&mut conn, "work_item").await;
+    let (flows_scanned, flows_fetched) = reads_not_yet_reported(&mut conn, "flow").await;
     assert_eq!(
         (items_scanned, flows_scanned),
         (0, 0),
@@ -187,8 +187,8 @@ async fn an_enqueue_planned_on_an_empty_registry_reads_by_key_once_it_grew(pool:
         .unwrap();
     assert_eq!(answers.len(), 32);
     assert!(answers.iter().all(|row| !row.get::<bool, _>("created!")));
-    let (items_scanned, items_fetched) = reads_in_this_transaction(&mut conn, "work_item").await;
-    let (flows_scanned, _) = reads_in_this_transaction(&mut conn, "flow").await;
+    let (items_scanned, items_fetched) = reads_not_yet_reported(&mut conn, "work_item").await;
+    let (flows_scanned, _) = reads_not_yet_reported(&mut conn, "flow").await;
     sqlx::raw_sql("COMMIT").execute(&mut *conn).await.unwrap();
     assert_eq!(
         (items_scanned, flows_scanned),
