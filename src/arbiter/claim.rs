@@ -32,7 +32,7 @@ use super::{catalog_not_loaded, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
-use crate::store::claim::{ClaimLane, ClaimLeases, ClaimScope, Claimant, EnforcedLane};
+use crate::store::claim::{ClaimGroup, ClaimLane, ClaimLeases, Claimant, EnforcedLane};
 use crate::store::{Refusal, Store, Take, WorkItem};
 
 /// Most items one claim may lease.
@@ -319,25 +319,21 @@ impl Arbiter {
         };
         // The transaction's first look needs no slot: it runs while the
         // lanes take theirs, on a connection of its own.
-        let begin = self
-            .store
-            .begin_claim(worker_flows, horizon_seconds, claimants);
+        let group = ClaimGroup {
+            claimants,
+            worker_flows,
+            horizon_seconds,
+        };
+        let begin = self.store.begin_claim(group);
         let (begun, taken) = tokio::join!(
             shell.run(Operation::ClaimWork, begin),
             self.take_for_lanes(&shell, lanes, busy, Claimant::most_items(claimants)),
         );
         let (held, enforced, lifts_first) = taken?;
         let begun = begun?;
-        let scope = ClaimScope {
-            claimants,
-            worker_flows,
-            horizon_seconds,
-            observed: lanes.observed.values().map(|(_, f)| f.as_slice()).collect(),
-            enforced,
-        };
-        let leases = shell
-            .run(Operation::ClaimWork, self.store.lease_claim(begun, &scope))
-            .await?;
+        let observed: Vec<&[String]> = lanes.observed.values().map(|(_, f)| f.as_slice()).collect();
+        let lease = self.store.lease_claim(begun, &observed, &enforced);
+        let leases = shell.run(Operation::ClaimWork, lease).await?;
         let takes: Vec<Take> = held.takes.iter().map(|(_, take)| *take).collect();
         for ((name, take), used) in held.takes.iter().zip(&leases.used) {
             self.busy_lanes.record(name, *used == take.taken);

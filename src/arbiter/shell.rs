@@ -148,7 +148,7 @@ no_clock!(
     Option<(crate::store::WorkItem, Option<i64>)>,
     Option<crate::store::ReleasedLease>,
     Vec<String>,
-    crate::store::claim::BegunClaim,
+    crate::store::claim::BegunClaim<'_>,
     crate::store::claim::ClaimLeases,
 );
 

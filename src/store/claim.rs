@@ -57,15 +57,14 @@ pub struct Claimant {
     pub lease_seconds: f64,
 }
 
-/// What one group of claims (of the same flows) may lease.
-pub struct ClaimScope<'a> {
+/// One group of claims (of the same flows), which share a transaction.
+#[derive(Clone, Copy)]
+pub struct ClaimGroup<'a> {
     /// The group's claims, first come first.
     pub claimants: &'a [Claimant],
     /// Their flows; `None`: all.
     pub worker_flows: Option<&'a [String]>,
     pub horizon_seconds: f64,
-    pub observed: Vec<&'a [String]>,
-    pub enforced: Vec<EnforcedLane<'a>>,
 }
 
 impl Claimant {
@@ -75,15 +74,17 @@ impl Claimant {
     }
 }
 
-/// A claim's transaction after its first look.
-pub struct BegunClaim {
+/// A group's claim transaction after its first look: the rest of the
+/// transaction leases for the group it began with.
+pub struct BegunClaim<'a> {
     tx: Transaction<'static, Postgres>,
     look: FirstLook,
+    group: ClaimGroup<'a>,
 }
 
 /// What the transaction leased.
 pub struct ClaimLeases {
-    /// Per claimant (in the scope's order), its leased items, most urgent
+    /// Per claimant (in the group's order), its leased items, most urgent
     /// first, with how each was decided.
     pub items: Vec<Vec<(WorkItem, ClaimLane)>>,
     /// In-flight place leases of the leased items, by item id.
@@ -141,53 +142,56 @@ impl Store {
     /// Begins a claim's transaction with its first look: the due items and
     /// those of never-throttled flows, locked. It needs no slot, so it can
     /// run while the group's lanes take theirs.
-    pub async fn begin_claim(
+    pub async fn begin_claim<'a>(
         &self,
-        worker_flows: Option<&[String]>,
-        horizon_seconds: f64,
-        claimants: &[Claimant],
-    ) -> Result<BegunClaim, sqlx::Error> {
+        group: ClaimGroup<'a>,
+    ) -> Result<BegunClaim<'a>, sqlx::Error> {
         let mut tx = self.claim_transaction().await?;
-        let max = Claimant::most_items(claimants);
-        let look = first_look(&mut tx, worker_flows, horizon_seconds, max, &[]).await?;
-        Ok(BegunClaim { tx, look })
+        let max = Claimant::most_items(group.claimants);
+        let (flows, horizon) = (group.worker_flows, group.horizon_seconds);
+        let look = first_look(&mut tx, flows, horizon, max, &[]).await?;
+        Ok(BegunClaim { tx, look, group })
     }
 
     /// The rest of a claim's transaction, begun by
-    /// [`begin_claim`](Self::begin_claim) with the same flows, horizon and
-    /// claimants as `scope`: locks the observed lanes' items, and for each
-    /// enforced lane as many items as it has slots (and free in-flight
-    /// places); leases the best of them and the due and never-throttled
-    /// items the first look locked, in rationing order, with a place each
-    /// where the quota has them, to the claimants first come first served,
-    /// each up to its `max`.
+    /// [`begin_claim`](Self::begin_claim): locks the `observed` lanes'
+    /// items, and for each `enforced` lane as many items as it has slots
+    /// (and free in-flight places); leases the best of them and the due and
+    /// never-throttled items the first look locked, in rationing order, with
+    /// a place each where the quota has them, to the group's claimants first
+    /// come first served, each up to its `max`.
     pub async fn lease_claim(
         &self,
-        begun: BegunClaim,
-        scope: &ClaimScope<'_>,
+        begun: BegunClaim<'_>,
+        observed: &[&[String]],
+        enforced: &[EnforcedLane<'_>],
     ) -> Result<ClaimLeases, sqlx::Error> {
-        let BegunClaim { mut tx, look } = begun;
+        let BegunClaim {
+            mut tx,
+            look,
+            group,
+        } = begun;
         let lane = |flows| Lane {
             flows,
-            worker_flows: scope.worker_flows,
-            horizon_seconds: scope.horizon_seconds,
+            worker_flows: group.worker_flows,
+            horizon_seconds: group.horizon_seconds,
         };
-        let max = Claimant::most_items(scope.claimants);
+        let max = Claimant::most_items(group.claimants);
         let mut chosen: Vec<(Candidate, ClaimLane)> =
             look.due.into_iter().map(|c| (c, ClaimLane::Due)).collect();
         chosen.sort_by_key(|(c, _)| c.rank());
         let remaining = max - chosen.len() as i64;
         let mut waiting: Vec<(Candidate, ClaimLane)> = Vec::new();
-        let mut free_places = vec![Vec::new(); scope.enforced.len()];
+        let mut free_places = vec![Vec::new(); enforced.len()];
         let mut places_full = None;
         if remaining > 0 {
             let unthrottled = look.unthrottled.into_iter();
             waiting.extend(unthrottled.map(|c| (c, ClaimLane::Unthrottled)));
-            for flows in &scope.observed {
+            for flows in observed {
                 let found = lock_candidates(&mut tx, &lane(flows), remaining).await?;
                 waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Observed)));
             }
-            for (index, enforced) in scope.enforced.iter().enumerate() {
+            for (index, enforced) in enforced.iter().enumerate() {
                 let mut want = enforced.slots.min(remaining);
                 if enforced.quota.max_in_flight.is_some() && want > 0 {
                     let name = &enforced.quota.name;
@@ -208,9 +212,9 @@ impl Store {
         }
         waiting.sort_by_key(|(c, _)| c.rank());
         waiting.truncate(remaining.max(0) as usize);
-        let mut used = vec![0; scope.enforced.len()];
+        let mut used = vec![0; enforced.len()];
         let mut place_leases = HashMap::new();
-        for (index, enforced) in scope.enforced.iter().enumerate() {
+        for (index, enforced) in enforced.iter().enumerate() {
             let items: Vec<&Candidate> = waiting
                 .iter()
                 .filter(|(_, lane)| *lane == ClaimLane::Enforced(index))
@@ -231,7 +235,7 @@ impl Store {
             }
         }
         chosen.extend(waiting);
-        let items = lease_chosen(&mut tx, chosen, &place_leases, scope.claimants).await?;
+        let items = lease_chosen(&mut tx, chosen, &place_leases, group.claimants).await?;
         tx.commit().await?;
         Ok(ClaimLeases {
             items,

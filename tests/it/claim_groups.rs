@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use quota_arbiter::arbiter::{Claim, ClaimOutcome};
-use quota_arbiter::store::claim::{ClaimScope, Claimant};
+use quota_arbiter::store::claim::{ClaimGroup, Claimant};
 use quota_arbiter::store::Store;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -89,16 +89,14 @@ async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_it
         max,
         lease_seconds: s,
     });
-    let scope = ClaimScope {
+    let group = ClaimGroup {
         claimants: &claimants,
         worker_flows: None,
         horizon_seconds: 900.0,
-        observed: Vec::new(),
-        enforced: Vec::new(),
     };
     let store = Store::new(pool.clone());
-    let begun = store.begin_claim(None, 900.0, &claimants).await.unwrap();
-    let leases = store.lease_claim(begun, &scope).await.unwrap();
+    let begun = store.begin_claim(group).await.unwrap();
+    let leases = store.lease_claim(begun, &[], &[]).await.unwrap();
     let by_claimant: Vec<Vec<i64>> = leases
         .items
         .iter()
