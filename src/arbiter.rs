@@ -32,7 +32,7 @@ use shell::{Operation, Shell};
 pub use batch::MAX_BATCH_ITEMS;
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
 /// The claim's transaction leases to the claims of a group by this rule.
-pub(crate) use rationing::share_up_to;
+pub(crate) use rationing::{share_up_to, Rank};
 pub use shell::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 
 #[derive(Clone)]

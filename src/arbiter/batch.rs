@@ -163,9 +163,8 @@ impl Arbiter {
             .collect();
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by_key(|&i| {
-            let deadline = requests[i].deadline;
             let priority = rules[i].as_ref().map_or(i16::MAX, |r| r.flow.priority);
-            (deadline.is_none(), deadline, priority, i)
+            Rank::new(requests[i].deadline, priority, i as u64)
         });
         let mut sorted = Sorted::default();
         for i in order {

@@ -9,6 +9,7 @@ use sqlx::{PgConnection, PgExecutor};
 use utoipa::ToSchema;
 
 use super::Store;
+use crate::arbiter::Rank;
 
 /// A work item as a reader sees it: a claim whose `lease_until` has passed
 /// reads `pending`, as the next claim treats it.
@@ -85,14 +86,10 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// Rationing order: deadline ASC NULLS LAST, priority, first come first served.
-    pub fn rank(&self) -> (bool, Option<DateTime<Utc>>, i16, i64) {
-        (
-            self.deadline.is_none(),
-            self.deadline,
-            self.priority,
-            self.id,
-        )
+    /// Its place in rationing order; first come first served is the order
+    /// of ids (a bigserial, so never negative).
+    pub fn rank(&self) -> Rank {
+        Rank::new(self.deadline, self.priority, self.id.unsigned_abs())
     }
 }
 

@@ -188,6 +188,41 @@ async fn concurrent_batches_never_over_grant(pool: PgPool) {
     assert_eq!(current_count(&pool, "ppf").await, 25);
 }
 
+/// Observe mode says what enforcement would have done, and enforcement
+/// rations a batch by deadline first: the items that would have been
+/// deferred are the least urgent, wherever they stand in the batch.
+#[sqlx::test]
+async fn an_observed_batch_would_defer_its_least_urgent_items(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 2, "report", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let now = db_now(&pool).await;
+    // Hours away: none is due, so none is bypassed.
+    let at = |hours: i64| (now + Duration::hours(hours)).to_rfc3339();
+    let decisions = batch(
+        &app,
+        json!([
+            {"ref": "none", "flow": "report"},
+            {"ref": "in 3 h", "flow": "report", "deadline": at(3)},
+            {"ref": "in 2 h", "flow": "report", "deadline": at(2)},
+        ]),
+    )
+    .await;
+    let flags: Vec<(&Value, &Value)> = decisions
+        .iter()
+        .map(|d| (&d["ref"], &d["would_defer"]))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            (&json!("none"), &json!(true)),
+            (&json!("in 3 h"), &json!(false)),
+            (&json!("in 2 h"), &json!(false)),
+        ]
+    );
+    assert!(decisions.iter().all(|d| d["outcome"] == "granted"));
+}
+
 #[sqlx::test]
 async fn observe_count_and_unknown_flows_behave_as_in_reserve(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;

@@ -324,6 +324,57 @@ async fn lapsed_leases_of_due_and_unthrottled_items_return_in_rationing_order(po
     assert!(second.items.iter().all(|c| c.item.attempts >= 1));
 }
 
+/// Each lane (enforced, observed, never throttled) hands its most urgent
+/// items over in rationing order; the claim merges the lanes in the same
+/// order: an earlier deadline first whatever the lane or the arrival, then
+/// priority, then arrival.
+#[sqlx::test]
+async fn a_claim_takes_the_most_urgent_items_across_lanes(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
+    create_flow(&pool, "ppf", 100, "digest", "observe").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let now = db_now(&pool).await;
+    // Every deadline is hours away: none is due, each lane decides its own.
+    let at = |hours: i64| (now + Duration::hours(hours)).to_rfc3339();
+    let mut ids = HashMap::new();
+    for (name, flow, deadline) in [
+        ("unthrottled, 4 h", "webhook", Some(at(4))),
+        ("observed, none", "digest", None),
+        ("enforced, 3 h", "invoice", Some(at(3))),
+        ("observed, 2 h", "digest", Some(at(2))),
+        ("unthrottled, none", "webhook", None),
+    ] {
+        let (_, item) = enqueue(
+            &app,
+            json!({"flow": flow, "deadline": deadline, "payload": {}}),
+        )
+        .await;
+        ids.insert(item.id, name);
+    }
+    let urgent_first = |max: i64| {
+        let app = &app;
+        let ids = &ids;
+        async move {
+            let claimed = claim(app, json!({"worker": "w-1", "max": max})).await;
+            claimed
+                .items
+                .iter()
+                .map(|c| ids[&c.item.id])
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        urgent_first(3).await,
+        ["observed, 2 h", "enforced, 3 h", "unthrottled, 4 h"]
+    );
+    assert_eq!(
+        urgent_first(5).await,
+        ["observed, none", "unthrottled, none"],
+        "without deadlines, the same priority: first come first served"
+    );
+}
+
 #[sqlx::test]
 async fn a_released_item_is_pending_again_and_keeps_its_slot_spent(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
