@@ -394,7 +394,12 @@ mod tests {
             0usize..3,
             0i64..12,
         )
-            .prop_map(|(asks, count_before, slots, bound_by, places)| {
+            .prop_map(|(mut asks, count_before, slots, bound_by, places)| {
+                // Arrivals are a counter: no two requests share one, so no
+                // two ranks are equal (random arrivals, made distinct).
+                for (i, ask) in asks.iter_mut().enumerate() {
+                    ask.rank.arrival = ask.rank.arrival * 16 + i as u64;
+                }
                 let slots_bound_by = [Limit::Budget, Limit::Cadence, Limit::InFlight][bound_by];
                 (
                     asks,
