@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 
 use crate::catalog::{Catalog, Mode, Rule};
 use crate::clock::DbClock;
-use crate::decision::{Decision, Limit, Outcome, SlotRequest};
+use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::metrics::Metrics;
 use crate::store::{Refusal, Store, Take};
 use crate::tally::Ledger;
@@ -154,10 +154,7 @@ impl Arbiter {
             // The guard runs before the upsert, whose insert branch would
             // otherwise be the only thing between a zero ceiling and a grant.
             let clock = self.read_clock().await?;
-            let mut decision = decision.deferred_until(clock.window_end, clock.db_now);
-            decision.window_start = Some(clock.window_start);
-            decision.limit = Some(Limit::Budget);
-            return Ok(decision);
+            return Ok(decision.deferred_on_budget(&clock));
         }
         let reservation = self.reserve_enforced(rule, request).await?;
         let clock = reservation.clock;
@@ -171,10 +168,7 @@ impl Arbiter {
             (None, refusal)
                 if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) =>
             {
-                let refusal = refusal.unwrap_or(Refusal {
-                    limit: Limit::Budget,
-                    retry_at: clock.window_end,
-                });
+                let refusal = refusal.unwrap_or_else(|| Refusal::budget(&clock));
                 let mut decision = decision.deferred_until(refusal.retry_at, clock.db_now);
                 decision.limit = Some(refusal.limit);
                 decision

@@ -179,6 +179,14 @@ impl Decision {
         self
     }
 
+    /// Deferred for want of room in the window `clock` read: until it ends.
+    pub fn deferred_on_budget(self, clock: &ClockReading) -> Self {
+        let mut decision = self.deferred_until(clock.window_end, clock.db_now);
+        decision.window_start = Some(clock.window_start);
+        decision.limit = Some(Limit::Budget);
+        decision
+    }
+
     /// A deferral until `retry_at`, given the database's `now`.
     pub fn deferred_until(mut self, retry_at: DateTime<Utc>, db_now: DateTime<Utc>) -> Self {
         let millis = (retry_at - db_now).num_milliseconds().max(0);

@@ -17,7 +17,6 @@ use super::shell::{Operation, StoreError, RETRY_AFTER_UNAVAILABLE};
 use super::{catalog_not_loaded, with_rule, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
-use crate::clock::ClockReading;
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 
 /// Most items one batch may carry.
@@ -232,7 +231,7 @@ impl Arbiter {
             let clock = self.read_clock().await?;
             return Ok(items
                 .iter()
-                .map(|(i, rule)| (*i, budget_deferral(rule, &clock)))
+                .map(|(i, rule)| (*i, with_rule(rule).deferred_on_budget(&clock)))
                 .collect());
         }
         let (store, name) = (self.store.clone(), quota.name.clone());
@@ -247,7 +246,7 @@ impl Arbiter {
             .iter()
             .zip(sharing.refusals.into_iter().zip(sharing.counts_after))
             .map(|((i, rule), refusal)| match refusal {
-                (Some(_), _) => (*i, budget_deferral(rule, &take.clock)),
+                (Some(_), _) => (*i, with_rule(rule).deferred_on_budget(&take.clock)),
                 (None, count_after) => {
                     let mut decision = with_rule(rule);
                     if let Some(count_after) = count_after {
@@ -334,15 +333,6 @@ fn unavailable(request: &SlotRequest, rule: Option<&Rule>) -> Decision {
     };
     decision.outcome = Outcome::Unavailable;
     decision.retry_after_seconds = Some(RETRY_AFTER_UNAVAILABLE.as_secs() as i64);
-    decision
-}
-
-/// The window has no room for the item: deferred until the next one, as a
-/// single reservation refused on its budget answers.
-fn budget_deferral(rule: &Rule, clock: &ClockReading) -> Decision {
-    let mut decision = with_rule(rule).deferred_until(clock.window_end, clock.db_now);
-    decision.window_start = Some(clock.window_start);
-    decision.limit = Some(Limit::Budget);
     decision
 }
 

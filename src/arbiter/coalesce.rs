@@ -186,7 +186,7 @@ impl Coalescer {
                 let _ = waiter.reply.send(Ok(Reservation {
                     clock: take.clock,
                     count_after: Some(count),
-                    refusal: would_defer.then(|| budget_refusal(&take.clock)),
+                    refusal: would_defer.then(|| Refusal::budget(&take.clock)),
                     lease: None,
                 }));
             }
@@ -535,20 +535,13 @@ pub(super) fn taken(take: &Take) -> Taken {
     }
 }
 
-fn budget_refusal(clock: &crate::clock::ClockReading) -> Refusal {
-    Refusal {
-        limit: Limit::Budget,
-        retry_at: clock.window_end,
-    }
-}
-
 /// A waiter's answer from its quota's take: granted with the window's count
 /// once it is counted, or (`None`) refused by the budget.
 fn reservation(take: &Take, count_after: Option<i64>) -> Reservation {
     Reservation {
         clock: take.clock,
         count_after,
-        refusal: count_after.is_none().then(|| budget_refusal(&take.clock)),
+        refusal: count_after.is_none().then(|| Refusal::budget(&take.clock)),
         lease: None,
     }
 }

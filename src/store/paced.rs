@@ -65,7 +65,7 @@ impl PacedTake {
     /// this take being kept by others: when it could succeed.
     pub fn refusal(&self, limit: Limit, slots: i64, spent: i64) -> Refusal {
         let retry_at = match limit {
-            Limit::Budget => self.clock.window_end,
+            Limit::Budget => return Refusal::budget(&self.clock),
             Limit::Cadence => self.tokens_at(spent + slots),
             Limit::InFlight => self.first_lease_expiry.unwrap_or(self.clock.db_now),
         };

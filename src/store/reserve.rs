@@ -17,6 +17,17 @@ pub struct Refusal {
     pub retry_at: DateTime<Utc>,
 }
 
+impl Refusal {
+    /// The window (as `clock` read it) has too little left: more comes when
+    /// it ends.
+    pub fn budget(clock: &ClockReading) -> Self {
+        Refusal {
+            limit: Limit::Budget,
+            retry_at: clock.window_end,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Lease {
     pub id: i64,

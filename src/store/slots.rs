@@ -4,7 +4,6 @@ use chrono::{DateTime, Utc};
 
 use super::{Refusal, Store};
 use crate::clock::ClockReading;
-use crate::decision::Limit;
 
 /// What the take-up-to-k upsert answered.
 #[derive(Clone, Copy, Debug)]
@@ -75,10 +74,7 @@ impl Store {
                     clock,
                     taken,
                     count_after: row.and_then(|r| r.count_after),
-                    stopped_by: (taken < ask.wanted).then_some(Refusal {
-                        limit: Limit::Budget,
-                        retry_at: clock.window_end,
-                    }),
+                    stopped_by: (taken < ask.wanted).then(|| Refusal::budget(&clock)),
                 }
             })
             .collect())
@@ -95,10 +91,7 @@ impl Store {
             clock,
             taken: row.taken,
             count_after: row.count_after,
-            stopped_by: (row.taken < k).then_some(Refusal {
-                limit: Limit::Budget,
-                retry_at: clock.window_end,
-            }),
+            stopped_by: (row.taken < k).then(|| Refusal::budget(&clock)),
         })
     }
 
