@@ -184,31 +184,33 @@ impl Store {
         let mut waiting: Vec<(Candidate, ClaimLane)> = Vec::new();
         let mut free_places = vec![Vec::new(); enforced.len()];
         let mut places_full = None;
-        if remaining > 0 {
-            let unthrottled = look.unthrottled.into_iter();
-            waiting.extend(unthrottled.map(|c| (c, ClaimLane::Unthrottled)));
-            for flows in observed {
-                let found = lock_candidates(&mut tx, &lane(flows), remaining).await?;
-                waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Observed)));
+        let unthrottled = look.unthrottled.into_iter();
+        waiting.extend(unthrottled.map(|c| (c, ClaimLane::Unthrottled)));
+        for flows in observed {
+            let found = lock_candidates(&mut tx, &lane(flows), remaining).await?;
+            waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Observed)));
+        }
+        for (index, enforced) in enforced.iter().enumerate() {
+            let mut want = enforced.slots.min(remaining);
+            if want < 1 {
+                // The due items fill every claim: nothing to lock.
+                continue;
             }
-            for (index, enforced) in enforced.iter().enumerate() {
-                let mut want = enforced.slots.min(remaining);
-                if enforced.quota.max_in_flight.is_some() && want > 0 {
-                    let name = &enforced.quota.name;
-                    free_places[index] = lock_free_places(&mut tx, name, want).await?;
-                    want = free_places[index].len() as i64;
-                    if want == 0 {
-                        let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
-                        places_full = Some(Refusal {
-                            limit: Limit::InFlight,
-                            retry_at: expiry,
-                        });
-                    }
+            if enforced.quota.max_in_flight.is_some() {
+                let name = &enforced.quota.name;
+                free_places[index] = lock_free_places(&mut tx, name, want).await?;
+                want = free_places[index].len() as i64;
+                if want == 0 {
+                    let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
+                    places_full = Some(Refusal {
+                        limit: Limit::InFlight,
+                        retry_at: expiry,
+                    });
                 }
-                let found = lock_candidates(&mut tx, &lane(enforced.flows), want).await?;
-                let kind = ClaimLane::Enforced(index);
-                waiting.extend(found.into_iter().map(|c| (c, kind)));
             }
+            let found = lock_candidates(&mut tx, &lane(enforced.flows), want).await?;
+            let kind = ClaimLane::Enforced(index);
+            waiting.extend(found.into_iter().map(|c| (c, kind)));
         }
         waiting.sort_by_key(|(c, _)| c.rank());
         waiting.truncate(remaining.max(0) as usize);
