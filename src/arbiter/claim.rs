@@ -294,9 +294,7 @@ impl Arbiter {
     pub(super) async fn lease_items(
         &self,
         lanes: &Lanes,
-        worker_flows: Option<&[String]>,
-        claimants: &[Claimant],
-        horizon_seconds: f64,
+        group: ClaimGroup<'_>,
     ) -> Result<Leased, StoreError> {
         let shell = self.shell.one_budget();
         let known_busy = self.busy_lanes.known(lanes);
@@ -309,9 +307,9 @@ impl Arbiter {
         let looked_busy = if enforced_flows.is_empty() {
             Vec::new()
         } else {
-            let look = self
-                .store
-                .busy_flows(worker_flows, horizon_seconds, &enforced_flows);
+            let look =
+                self.store
+                    .busy_flows(group.worker_flows, group.horizon_seconds, &enforced_flows);
             shell.run(Operation::ClaimWork, look).await?
         };
         let busy = |name: &str, flows: &[String]| {
@@ -319,15 +317,11 @@ impl Arbiter {
         };
         // The transaction's first look needs no slot: it runs while the
         // lanes take theirs, on a connection of its own.
-        let group = ClaimGroup {
-            claimants,
-            worker_flows,
-            horizon_seconds,
-        };
         let begin = self.store.begin_claim(group);
+        let wanted = Claimant::most_items(group.claimants);
         let (begun, taken) = tokio::join!(
             shell.run(Operation::ClaimWork, begin),
-            self.take_for_lanes(&shell, lanes, busy, Claimant::most_items(claimants)),
+            self.take_for_lanes(&shell, lanes, busy, wanted),
         );
         let (held, enforced, lifts_first) = taken?;
         let begun = begun?;

@@ -21,7 +21,7 @@ use super::gather::{fail_all, Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
 use crate::catalog::Snapshot;
-use crate::store::claim::{ClaimLane, Claimant};
+use crate::store::claim::{ClaimGroup, ClaimLane, Claimant};
 use crate::store::work::{Finish, PlaceLease, RetryDelay};
 use crate::store::{Refusal, Take, WorkItem};
 
@@ -87,9 +87,12 @@ impl Arbiter {
             let (claimants, replies): (Vec<Claimant>, Vec<_>) =
                 group.into_iter().map(|w| (w.claimant, w.reply)).unzip();
             let lanes = Lanes::new(&snapshot, flows);
-            let leased = self
-                .lease_items(&lanes, flows, &claimants, horizon_seconds)
-                .await;
+            let group = ClaimGroup {
+                claimants: &claimants,
+                worker_flows: flows,
+                horizon_seconds,
+            };
+            let leased = self.lease_items(&lanes, group).await;
             let mut leased = match leased {
                 Ok(leased) => leased,
                 Err(error) => {
