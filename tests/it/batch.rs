@@ -1,6 +1,6 @@
 //! POST /v1/reserve/batch: rationing order, one take per quota, bypass first.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::Duration;
 use quota_arbiter::arbiter::MAX_BATCH_ITEMS;
 use quota_arbiter::catalog::MAX_NAME_LEN;
 use quota_arbiter::decision::{Outcome, MAX_COUNT, MAX_REF_LEN};
@@ -9,15 +9,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, eventually, header_once, pin_clock, set_limits, TestApp,
+    create_flow, current_count, db_now, eventually, header_once, pin_clock, set_limits, TestApp,
 };
-
-async fn db_now(pool: &PgPool) -> DateTime<Utc> {
-    sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
 
 async fn batch(app: &TestApp, items: Value) -> Vec<Value> {
     let response = app

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, pin_clock, set_limits, sync_and_invoice, TestApp,
+    create_flow, current_count, db_now, pin_clock, set_limits, sync_and_invoice, TestApp,
 };
 
 async fn bucket_tokens(pool: &PgPool, quota: &str) -> f64 {
@@ -75,10 +75,7 @@ async fn cadence_grants_the_burst_at_once_then_the_sustained_rate(pool: PgPool) 
         }
     };
     assert_eq!(deferred.limit, Some(Limit::Cadence));
-    let db_now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let db_now = db_now(&pool).await;
     let wait = deferred.retry_at.unwrap() - db_now;
     assert!(
         wait <= chrono::Duration::milliseconds(250),
@@ -313,10 +310,7 @@ async fn lease_validity_follows_the_flows_average_hold_time(pool: PgPool) {
     set_limits(&pool, "api", "max_in_flight = 2").await;
     let app = TestApp::spawn(pool.clone()).await;
     let first = app.reserve(json!({"flow": "invoice"})).await;
-    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let now = db_now(&pool).await;
     let secs = (first.valid_until.unwrap() - now).num_milliseconds() as f64 / 1000.0;
     assert!(
         (29.0..=30.5).contains(&secs),
@@ -327,10 +321,7 @@ async fn lease_validity_follows_the_flows_average_hold_time(pool: PgPool) {
         .await
         .unwrap();
     let second = app.reserve(json!({"flow": "invoice"})).await;
-    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let now = db_now(&pool).await;
     let secs = (second.valid_until.unwrap() - now).num_milliseconds() as f64 / 1000.0;
     assert!(
         (4.0..=5.5).contains(&secs),

@@ -300,6 +300,15 @@ pub fn postgres_host_port() -> String {
     host.split('/').next().unwrap().to_string()
 }
 
+/// The database's clock as every deciding statement reads it (`arbiter_now()`,
+/// pinned or not).
+pub async fn db_now(pool: &PgPool) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT arbiter_now()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// Moves this database's clock so that `arbiter_now()` reads `minutes` past
 /// the current UTC hour (time keeps running from there), and returns a pool
 /// whose connections see it. The public API takes no clock from the caller.

@@ -3,15 +3,16 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use quota_arbiter::decision::{Decision, Outcome};
 use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    batch_outcomes, behind_a_proxy, create_flow, current_count, eventually, hold_time_samples,
-    lock_window, metrics_text, pin_clock, post_batch, set_limits, test_config, Replica, TestApp,
+    batch_outcomes, behind_a_proxy, create_flow, current_count, db_now, eventually,
+    hold_time_samples, lock_window, metrics_text, pin_clock, post_batch, set_limits, test_config,
+    Replica, TestApp,
 };
 
 async fn seed(pool: &PgPool) {
@@ -28,10 +29,7 @@ async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: 
         app.reserve(json!({"flow": "invoice"})).await.outcome,
         Outcome::Granted
     );
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let db_now = db_now(&pool).await;
 
     proxy.cut();
 
@@ -558,10 +556,7 @@ async fn a_batch_decides_what_it_can_while_the_store_is_out_of_reach(pool: PgPoo
         app.reserve(json!({"flow": "invoice"})).await.outcome,
         Outcome::Granted
     );
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let db_now = db_now(&pool).await;
     let due = db_now + chrono::Duration::minutes(1);
 
     proxy.cut();

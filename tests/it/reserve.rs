@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::Timelike;
 use quota_arbiter::catalog::Mode;
 use quota_arbiter::decision::Outcome;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, eventually, header_once, lock_window, pin_clock,
+    create_flow, current_count, db_now, eventually, header_once, lock_window, pin_clock,
     reserve_all_at_once, set_limits, sync_and_invoice, TestApp,
 };
 
@@ -225,10 +225,7 @@ async fn count_mode_is_never_refused_and_is_counted_after_the_fact(pool: PgPool)
 async fn deadline_within_the_horizon_bypasses_a_full_quota(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let db_now = db_now(&pool).await;
 
     let soon = db_now + chrono::Duration::minutes(5);
     let decision = app
@@ -684,10 +681,7 @@ async fn bypassed_counted_and_unknown_answers_carry_no_ratelimit_field(pool: PgP
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
     create_flow(&pool, "ppf", 2, "ack", "count").await;
     let app = TestApp::spawn(pool.clone()).await;
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let db_now = db_now(&pool).await;
 
     let soon = db_now + chrono::Duration::minutes(5);
     let bypassed = reserve_fielded(&app, json!({"flow": "invoice", "deadline": soon})).await;

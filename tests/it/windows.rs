@@ -10,7 +10,7 @@ use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
 
-use crate::helpers::{create_flow, eventually, pin_clock, pin_clock_at, TestApp};
+use crate::helpers::{create_flow, db_now, eventually, pin_clock, pin_clock_at, TestApp};
 
 #[sqlx::test]
 async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: PgPool) {
@@ -227,10 +227,7 @@ async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(p
     // the database clock is in when the count is written.
     create_flow(&pinned, "feed", 1_000_000, "page-view", "count").await;
     let app = Arc::new(TestApp::spawn(pinned.clone()).await);
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(&pinned)
-        .await
-        .unwrap();
+    let db_now = db_now(&pinned).await;
     let offset = db_now - Utc::now();
     let hour =
         db_now.duration_trunc(chrono::Duration::hours(1)).unwrap() + chrono::Duration::hours(1);

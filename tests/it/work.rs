@@ -10,7 +10,7 @@ use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, pin_clock, set_limits, TestApp};
+use crate::helpers::{create_flow, current_count, db_now, pin_clock, set_limits, TestApp};
 
 async fn post(app: &TestApp, path: &str, body: Value) -> reqwest::Response {
     app.client
@@ -37,13 +37,6 @@ async fn enqueue(app: &TestApp, body: Value) -> (u16, WorkItem) {
 async fn queue_dump(pool: &PgPool) -> Vec<String> {
     sqlx::query_scalar("SELECT row_to_json(w)::text FROM work_item w ORDER BY id")
         .fetch_all(pool)
-        .await
-        .unwrap()
-}
-
-async fn db_now(pool: &PgPool) -> DateTime<Utc> {
-    sqlx::query_scalar("SELECT arbiter_now()")
-        .fetch_one(pool)
         .await
         .unwrap()
 }
