@@ -18,9 +18,23 @@ pub enum LogTo {
     Stderr,
 }
 
+/// The service's and the operator commands' logging: `info` unless
+/// `RUST_LOG` says otherwise.
 pub fn init(format: LogFormat, to: LogTo) {
+    start(format, to, "info,sqlx=warn");
+}
+
+/// For the shell worker's commands: warnings only (the client's retries, a
+/// broken variable), on stderr, so stdout carries only the answer.
+pub fn init_stderr() {
+    start(LogFormat::Text, LogTo::Stderr, "warn");
+}
+
+/// One subscriber: `RUST_LOG`, else `default_filter`; colours only on a
+/// terminal.
+fn start(format: LogFormat, to: LogTo, default_filter: &str) {
     let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let (ansi, writer) = match to {
         LogTo::Stdout => (
             std::io::stdout().is_terminal(),
@@ -46,16 +60,4 @@ pub fn init(format: LogFormat, to: LogTo) {
     };
     // A second init (tests) keeps the first subscriber.
     let _ = result;
-}
-
-/// For the shell worker's commands: warnings (the client's retries, a broken
-/// variable) on stderr, so stdout carries only the answer.
-pub fn init_stderr() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
 }
