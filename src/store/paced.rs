@@ -275,3 +275,38 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nothing to give back spares the group a statement; anything at all
+    /// to give back (slots without tokens: a quota with places and no
+    /// cadence) runs it.
+    #[test]
+    fn a_give_back_is_empty_only_when_every_part_of_it_is() {
+        assert!(PacedGiveBack::default().is_empty());
+        let handed = [(7, "sync".to_string())];
+        let each_part = [
+            PacedGiveBack {
+                slots: 1,
+                ..PacedGiveBack::default()
+            },
+            PacedGiveBack {
+                tokens: 1,
+                ..PacedGiveBack::default()
+            },
+            PacedGiveBack {
+                freed: &[7],
+                ..PacedGiveBack::default()
+            },
+            PacedGiveBack {
+                handed: &handed,
+                ..PacedGiveBack::default()
+            },
+        ];
+        for back in each_part {
+            assert!(!back.is_empty(), "{back:?}");
+        }
+    }
+}

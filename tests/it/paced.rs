@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use quota_arbiter::catalog::{Cadence, QuotaRule};
-use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::decision::{Decision, Limit, Outcome};
 use quota_arbiter::store::{PacedAsks, PacedGiveBack, Store};
 use serde_json::json;
 use sqlx::PgPool;
@@ -631,6 +631,64 @@ async fn tokens_taken_for_a_refused_ask_of_a_group_go_back(pool: PgPool) {
         (tokens - 2.0).abs() < 0.05,
         "10 - 5 - 3 tokens kept: {tokens}"
     );
+}
+
+/// On a quota with places and no cadence, a group take of 3 slots for two
+/// asks of 2 leases one place (the statement leases as many as the take can
+/// carry); rationing grants one ask and refuses the other, leaving a slot
+/// nobody uses and no place to free. The slot still goes back.
+#[sqlx::test]
+async fn a_slot_nobody_uses_goes_back_when_there_is_no_place_to_free(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 10, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 5").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let filled = app.reserve(json!({"flow": "invoice", "count": 7})).await;
+    assert_eq!(filled.outcome, Outcome::Granted);
+    let batch = app
+        .post_json(
+            "/v1/reserve/batch",
+            json!({"items": [{"flow": "invoice", "count": 2}, {"flow": "invoice", "count": 2}]}),
+        )
+        .await;
+    let limits: Vec<(&str, Option<&str>)> = batch["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["outcome"].as_str().unwrap(), d["limit"].as_str()))
+        .collect();
+    assert_eq!(limits, [("granted", None), ("deferred", Some("budget"))]);
+    assert_eq!(
+        current_count(&pool, "api").await,
+        9,
+        "7 + 2 granted: the third slot taken went back"
+    );
+    assert_eq!(live_leases(&pool, "api").await, 2, "one place a grant");
+}
+
+/// A claim's lane on a cadence takes single slots: a take that got all it
+/// asked for was stopped by nothing; one that fell short names the limit
+/// and a time it lifts.
+#[sqlx::test]
+async fn a_take_of_single_paced_slots_names_only_what_stopped_it_short(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "api", 100, "invoice", "enforce").await;
+    // Practically no refill: the burst is all there is.
+    set_limits(&pool, "api", "rate = 0.001, burst = 3, adaptive = false").await;
+    let cadence = Cadence {
+        rate: 0.001,
+        burst: 3.0,
+        adaptive: false,
+    };
+    let quota = paced_quota("api", Some(cadence), None);
+    let store = Store::new(pool.clone());
+    let all = store.take_paced_slots(&quota, 2, 100).await.unwrap();
+    assert_eq!((all.taken, all.stopped_by), (2, None));
+    let short = store.take_paced_slots(&quota, 2, 100).await.unwrap();
+    assert_eq!(short.taken, 1);
+    let stopped = short.stopped_by.expect("stopped short by the tokens");
+    assert_eq!(stopped.limit, Limit::Cadence);
+    assert!(stopped.retry_at > short.clock.db_now, "{stopped:?}");
 }
 
 #[sqlx::test]
