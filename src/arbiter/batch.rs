@@ -241,7 +241,7 @@ impl Arbiter {
             .shell
             .run_detached(Operation::TakeSlots, take, settle)
             .await?;
-        let sharing = rationing::share_out(&asks, taken(&take));
+        let sharing = rationing::share_out(&asks, taken(take.count_after, take.taken));
         let decisions = items
             .iter()
             .zip(sharing.refusals.into_iter().zip(sharing.counts_after))

@@ -32,7 +32,7 @@ pub use keys::{ActiveKey, KeyRow};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reach::unreachable;
 pub use reserve::{AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease};
-pub use slots::{QuotaAsk, Take};
+pub use slots::{QuotaAsk, QuotaTake, Take};
 pub use stream::QuotaShare;
 pub use work::{NewWork, WorkItem};
 

@@ -18,7 +18,7 @@ pub struct Take {
     pub stopped_by: Option<Refusal>,
 }
 
-/// One quota's part of a take across quotas.
+/// One quota's part of a take across quotas: what its group asked.
 #[derive(Clone, Debug)]
 pub struct QuotaAsk {
     pub quota: String,
@@ -28,6 +28,18 @@ pub struct QuotaAsk {
     pub ceiling: i64,
     /// The smallest request of the group: fewer slots left than this is nothing.
     pub smallest: i64,
+}
+
+/// One quota's part of a take across quotas: what its group got. No
+/// refusal: the group's requests are rationed the take, and each refusal is
+/// built from that.
+#[derive(Clone, Copy, Debug)]
+pub struct QuotaTake {
+    pub clock: ClockReading,
+    /// Slots taken, 0 when the window had too little left.
+    pub taken: i64,
+    /// The window's count after the take (`None` when nothing was taken).
+    pub count_after: Option<i64>,
 }
 
 impl QuotaAsk {
@@ -47,7 +59,10 @@ impl Store {
     /// One statement takes slots of every quota in `asks` (each row its own
     /// conditional upsert, rows locked in quota order); the takes answer in
     /// the order of `asks`, with 0 taken where a window had too little left.
-    pub async fn take_slots_across(&self, asks: &[QuotaAsk]) -> Result<Vec<Take>, sqlx::Error> {
+    pub async fn take_slots_across(
+        &self,
+        asks: &[QuotaAsk],
+    ) -> Result<Vec<QuotaTake>, sqlx::Error> {
         let quotas: Vec<String> = asks.iter().map(|a| a.quota.clone()).collect();
         let wanted: Vec<i64> = asks.iter().map(|a| a.wanted).collect();
         let ceilings: Vec<i64> = asks.iter().map(|a| a.ceiling).collect();
@@ -69,12 +84,10 @@ impl Store {
             .iter()
             .map(|ask| {
                 let row = rows.iter().find(|r| r.quota.as_deref() == Some(&ask.quota));
-                let taken = row.and_then(|r| r.taken).unwrap_or(0);
-                Take {
+                QuotaTake {
                     clock,
-                    taken,
+                    taken: row.and_then(|r| r.taken).unwrap_or(0),
                     count_after: row.and_then(|r| r.count_after),
-                    stopped_by: (taken < ask.wanted).then(|| Refusal::budget(&clock)),
                 }
             })
             .collect())

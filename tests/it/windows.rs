@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeZone, Timelike, Utc};
-use quota_arbiter::decision::{Decision, Outcome};
-use quota_arbiter::store::{QuotaAsk, Store, Take};
+use quota_arbiter::decision::{Decision, Limit, Outcome};
+use quota_arbiter::store::{QuotaAsk, QuotaTake, Store};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
@@ -168,7 +168,7 @@ async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: P
 
 /// `slots` of `quota` all or nothing, against `ceiling`: the statement that
 /// decides every budget-only reservation, asked for one quota.
-async fn take(store: &Store, quota: &str, slots: i64, ceiling: i64) -> Take {
+async fn take(store: &Store, quota: &str, slots: i64, ceiling: i64) -> QuotaTake {
     let ask = QuotaAsk {
         quota: quota.to_string(),
         wanted: slots,
@@ -204,6 +204,23 @@ async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: 
         [("ppf".to_string(), 3)],
         "a refusal spends nothing"
     );
+}
+
+/// A claim's lane on a budget-only quota takes up to k slots: a take that got
+/// all it asked for was stopped by nothing; one that fell short says the
+/// window stopped it, until the window ends (after a new hour began, that is
+/// at once, where the claim's backlog would say the new window's end).
+#[sqlx::test]
+async fn a_take_of_up_to_k_names_the_window_only_when_it_fell_short(pool: PgPool) {
+    create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
+    let store = Store::new(pool.clone());
+    let all = store.take_slots("ppf", 2, 3).await.unwrap();
+    assert_eq!((all.taken, all.stopped_by), (2, None));
+    let short = store.take_slots("ppf", 2, 3).await.unwrap();
+    assert_eq!(short.taken, 1);
+    let stopped = short.stopped_by.expect("stopped short by the window");
+    assert_eq!(stopped.limit, Limit::Budget);
+    assert_eq!(stopped.retry_at, short.clock.window_end);
 }
 
 const TURN_CALLERS: usize = 16;
