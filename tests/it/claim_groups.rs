@@ -13,7 +13,7 @@ use quota_arbiter::store::Store;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, eventually, lock_window, TestApp};
+use crate::helpers::{create_flow, eventually, lock_window, pin_clock, TestApp};
 use crate::work::count_of;
 
 async fn post_claim(app: &TestApp, body: Value) -> reqwest::Response {
@@ -188,4 +188,63 @@ async fn items_leased_for_a_claim_that_stopped_waiting_are_pending_again(pool: P
         count("SELECT count(*) FROM work_item WHERE claimed_by = 'w-b' AND state = 'claimed'")
             .await;
     assert_eq!(stray, 0);
+}
+
+/// Claims of different flows on one enforced quota ask for its slots
+/// together (one take, shared out up to each claim's max): however they
+/// group, every leased item is counted in the window, and no more are leased
+/// than its ceiling. Rounds of concurrent claims wanting more than the
+/// ceiling, so that some group's take falls short of what it asked.
+#[sqlx::test]
+async fn concurrent_claims_of_different_flows_never_lease_past_the_ceiling(pool: PgPool) {
+    const ROUNDS: usize = 6;
+    const CLAIMS: usize = 6;
+    const CEILING: i64 = 10;
+    // A pool of 16 (the test pool has 5): each claim group holds a
+    // connection for its transaction while its take waits for another.
+    let pool = pin_clock(&pool, 10).await;
+    for round in 0..ROUNDS {
+        for c in 0..CLAIMS {
+            let flow = format!("f{round}-{c}");
+            create_flow(&pool, &format!("q{round}"), CEILING, &flow, "enforce").await;
+            insert_items(&pool, &flow, 4).await;
+        }
+    }
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    for round in 0..ROUNDS {
+        let claims: Vec<_> = (0..CLAIMS)
+            .map(|c| {
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let flow = format!("f{round}-{c}");
+                    let body = json!({"worker": flow, "flows": [flow], "max": 4});
+                    let response = post_claim(&app, body).await;
+                    let status = response.status();
+                    let text = response.text().await.unwrap();
+                    assert_eq!(status, 200, "{text}");
+                    serde_json::from_str::<Claim>(&text).unwrap()
+                })
+            })
+            .collect();
+        let mut leased = 0;
+        for claim in claims {
+            leased += claim.await.unwrap().items.len() as i64;
+        }
+        let quota = format!("q{round}");
+        let counted: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(count), 0)::bigint FROM quota_window WHERE quota = $1",
+        )
+        .bind(&quota)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            leased, counted,
+            "round {round}: every leased item counted, no more"
+        );
+        assert!(
+            leased <= CEILING,
+            "round {round}: {leased} leased, ceiling {CEILING}"
+        );
+    }
 }

@@ -66,6 +66,37 @@ fn paced_quota(name: &str, cadence: Option<Cadence>, max_in_flight: Option<i32>)
     }
 }
 
+/// Quota `api` (flow `invoice`, enforced) with a ceiling and a cadence that
+/// never adapts, on a pool whose clock is pinned ten minutes into the hour;
+/// with the quota's rule as a replica's catalog holds it.
+async fn api_with_cadence(
+    pool: &PgPool,
+    ceiling: i64,
+    rate: f64,
+    burst: f64,
+) -> (PgPool, QuotaRule) {
+    let pool = pin_clock(pool, 10).await;
+    create_flow(&pool, "api", ceiling, "invoice", "enforce").await;
+    let limits = format!("rate = {rate}, burst = {burst}, adaptive = false");
+    set_limits(&pool, "api", &limits).await;
+    let cadence = Cadence {
+        rate,
+        burst,
+        adaptive: false,
+    };
+    (pool, paced_quota("api", Some(cadence), None))
+}
+
+/// Each decision of a batch answer: its outcome and the limit it names.
+fn outcomes_and_limits(batch: &serde_json::Value) -> Vec<(&str, Option<&str>)> {
+    batch["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["outcome"].as_str().unwrap(), d["limit"].as_str()))
+        .collect()
+}
+
 /// A small deterministic spread of group shapes, different per caller.
 fn group_shape(caller: u64, round: u64) -> Vec<i64> {
     let seed = caller.wrapping_mul(31).wrapping_add(round.wrapping_mul(17));
@@ -76,18 +107,7 @@ fn group_shape(caller: u64, round: u64) -> Vec<i64> {
 
 #[sqlx::test]
 async fn concurrent_group_takes_never_keep_more_tokens_than_the_bucket_refilled(pool: PgPool) {
-    let pool = pin_clock(&pool, 10).await;
-    create_flow(&pool, "api", 1_000_000, "invoice", "enforce").await;
-    set_limits(&pool, "api", "rate = 50, burst = 10, adaptive = false").await;
-    let quota = paced_quota(
-        "api",
-        Some(Cadence {
-            rate: 50.0,
-            burst: 10.0,
-            adaptive: false,
-        }),
-        None,
-    );
+    let (pool, quota) = api_with_cadence(&pool, 1_000_000, 50.0, 10.0).await;
     let (_, start) = bucket(&pool, "api").await;
     let store = Store::new(pool.clone());
     let kept = Arc::new(AtomicI64::new(0));
@@ -235,18 +255,7 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
 
 #[sqlx::test]
 async fn a_give_back_never_fills_the_bucket_past_its_burst(pool: PgPool) {
-    let pool = pin_clock(&pool, 10).await;
-    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
-    set_limits(&pool, "api", "rate = 0.01, burst = 5, adaptive = false").await;
-    let quota = paced_quota(
-        "api",
-        Some(Cadence {
-            rate: 0.01,
-            burst: 5.0,
-            adaptive: false,
-        }),
-        None,
-    );
+    let (pool, quota) = api_with_cadence(&pool, 1000, 0.01, 5.0).await;
     let store = Store::new(pool.clone());
     let slots = [2];
     let asks = PacedAsks {
@@ -618,13 +627,10 @@ async fn tokens_taken_for_a_refused_ask_of_a_group_go_back(pool: PgPool) {
             json!({"items": [{"flow": "invoice", "count": 3}, {"flow": "sync"}]}),
         )
         .await;
-    let limits: Vec<(&str, Option<&str>)> = batch["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| (d["outcome"].as_str().unwrap(), d["limit"].as_str()))
-        .collect();
-    assert_eq!(limits, [("granted", None), ("deferred", Some("budget"))]);
+    assert_eq!(
+        outcomes_and_limits(&batch),
+        [("granted", None), ("deferred", Some("budget"))]
+    );
     assert_eq!(current_count(&pool, "api").await, 8);
     let (tokens, _) = bucket(&pool, "api").await;
     assert!(
@@ -651,13 +657,10 @@ async fn a_slot_nobody_uses_goes_back_when_there_is_no_place_to_free(pool: PgPoo
             json!({"items": [{"flow": "invoice", "count": 2}, {"flow": "invoice", "count": 2}]}),
         )
         .await;
-    let limits: Vec<(&str, Option<&str>)> = batch["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| (d["outcome"].as_str().unwrap(), d["limit"].as_str()))
-        .collect();
-    assert_eq!(limits, [("granted", None), ("deferred", Some("budget"))]);
+    assert_eq!(
+        outcomes_and_limits(&batch),
+        [("granted", None), ("deferred", Some("budget"))]
+    );
     assert_eq!(
         current_count(&pool, "api").await,
         9,
@@ -671,16 +674,8 @@ async fn a_slot_nobody_uses_goes_back_when_there_is_no_place_to_free(pool: PgPoo
 /// and a time it lifts.
 #[sqlx::test]
 async fn a_take_of_single_paced_slots_names_only_what_stopped_it_short(pool: PgPool) {
-    let pool = pin_clock(&pool, 10).await;
-    create_flow(&pool, "api", 100, "invoice", "enforce").await;
     // Practically no refill: the burst is all there is.
-    set_limits(&pool, "api", "rate = 0.001, burst = 3, adaptive = false").await;
-    let cadence = Cadence {
-        rate: 0.001,
-        burst: 3.0,
-        adaptive: false,
-    };
-    let quota = paced_quota("api", Some(cadence), None);
+    let (pool, quota) = api_with_cadence(&pool, 100, 0.001, 3.0).await;
     let store = Store::new(pool.clone());
     let all = store.take_paced_slots(&quota, 2, 100).await.unwrap();
     assert_eq!((all.taken, all.stopped_by), (2, None));
