@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use sqlx::{PgConnection, Postgres, Transaction};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::reserve::first_lease_expiry;
 use super::work::{
@@ -77,6 +78,8 @@ impl Claimant {
 /// A group's claim transaction after its first look: the rest of the
 /// transaction leases for the group it began with.
 pub struct BegunClaim<'a> {
+    /// Held until the transaction ends (`Store::claim_transactions`).
+    _open: OwnedSemaphorePermit,
     tx: Transaction<'static, Postgres>,
     look: FirstLook,
     group: ClaimGroup<'a>,
@@ -146,11 +149,18 @@ impl Store {
         &self,
         group: ClaimGroup<'a>,
     ) -> Result<BegunClaim<'a>, sqlx::Error> {
+        let open = self.claim_transactions.clone().acquire_owned().await;
+        let open = open.map_err(|_| sqlx::Error::PoolClosed)?;
         let mut tx = self.claim_transaction().await?;
         let max = Claimant::most_items(group.claimants);
         let (flows, horizon) = (group.worker_flows, group.horizon_seconds);
         let look = first_look(&mut tx, flows, horizon, max, &[]).await?;
-        Ok(BegunClaim { tx, look, group })
+        Ok(BegunClaim {
+            _open: open,
+            tx,
+            look,
+            group,
+        })
     }
 
     /// The rest of a claim's transaction, begun by
@@ -167,6 +177,7 @@ impl Store {
         enforced: &[EnforcedLane<'_>],
     ) -> Result<ClaimLeases, sqlx::Error> {
         let BegunClaim {
+            _open: open,
             mut tx,
             look,
             group,
@@ -239,6 +250,7 @@ impl Store {
         chosen.extend(waiting);
         let items = lease_chosen(&mut tx, chosen, &place_leases, group.claimants).await?;
         tx.commit().await?;
+        drop(open);
         Ok(ClaimLeases {
             items,
             place_leases,

@@ -36,7 +36,10 @@ pub use slots::{QuotaAsk, QuotaTake, Take};
 pub use stream::QuotaShare;
 pub use work::{NewWork, WorkItem};
 
+use std::sync::Arc;
+
 use sqlx::PgPool;
+use tokio::sync::Semaphore;
 
 use crate::clock::ClockReading;
 
@@ -44,6 +47,12 @@ use crate::clock::ClockReading;
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
+    /// Claim transactions open at once: at most half the pool. A claim's
+    /// transaction holds its connection while the claim's take, in a
+    /// statement of its own, needs another; as many open transactions as
+    /// connections left no take a connection, and every claim waited out its
+    /// time limit (design.md §9).
+    claim_transactions: Arc<Semaphore>,
 }
 
 /// What the conditional upsert answered.
@@ -60,7 +69,12 @@ pub struct Reservation {
 
 impl Store {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        let connections = pool.options().get_max_connections();
+        let claim_transactions = (connections / 2).max(1) as usize;
+        Self {
+            pool,
+            claim_transactions: Arc::new(Semaphore::new(claim_transactions)),
+        }
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -248,3 +248,38 @@ async fn concurrent_claims_of_different_flows_never_lease_past_the_ceiling(pool:
         );
     }
 }
+
+/// More claims of different flows at once than the pool has connections
+/// (16): each claim's transaction holds a connection while its take needs
+/// another, so with a transaction open per connection no take could run
+/// and every claim waited out its time limit (23 of 24 answered 503).
+#[sqlx::test]
+async fn more_concurrent_claims_of_different_flows_than_connections_are_all_answered(pool: PgPool) {
+    const CLAIMS: usize = 24;
+    let pool = pin_clock(&pool, 10).await;
+    for c in 0..CLAIMS {
+        let flow = format!("f{c}");
+        create_flow(&pool, "q", 1000, &flow, "enforce").await;
+        insert_items(&pool, &flow, 2).await;
+    }
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let claims: Vec<_> = (0..CLAIMS)
+        .map(|c| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let flow = format!("f{c}");
+                let body = json!({"worker": flow, "flows": [flow], "max": 1});
+                let response = post_claim(&app, body).await;
+                (
+                    response.status().as_u16(),
+                    response.json::<Value>().await.unwrap(),
+                )
+            })
+        })
+        .collect();
+    for claim in claims {
+        let (status, answer) = claim.await.unwrap();
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["outcome"], "claimed", "{answer}");
+    }
+}
