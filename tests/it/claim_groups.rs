@@ -13,7 +13,7 @@ use quota_arbiter::store::Store;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, eventually, lock_window, pin_clock, TestApp};
+use crate::helpers::{create_flow, current_count, eventually, lock_window, pin_clock, TestApp};
 use crate::work::count_of;
 
 async fn post_claim(app: &TestApp, body: Value) -> reqwest::Response {
@@ -190,6 +190,34 @@ async fn items_leased_for_a_claim_that_stopped_waiting_are_pending_again(pool: P
     assert_eq!(stray, 0);
 }
 
+/// One claim per flow of `flows`, all at once, each worker named after its
+/// flow and leasing up to `max`: each answer's status and body.
+async fn claim_each_flow_at_once(
+    app: &Arc<TestApp>,
+    flows: Vec<String>,
+    max: i64,
+) -> Vec<(u16, Value)> {
+    let claims: Vec<_> = flows
+        .into_iter()
+        .map(|flow| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let body = json!({"worker": flow, "flows": [flow], "max": max});
+                let response = post_claim(&app, body).await;
+                (
+                    response.status().as_u16(),
+                    response.json::<Value>().await.unwrap(),
+                )
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for claim in claims {
+        answers.push(claim.await.unwrap());
+    }
+    answers
+}
+
 /// Claims of different flows on one enforced quota ask for its slots
 /// together (one take, shared out up to each claim's max): however they
 /// group, every leased item is counted in the window, and no more are leased
@@ -203,41 +231,21 @@ async fn concurrent_claims_of_different_flows_never_lease_past_the_ceiling(pool:
     // A pool of 16 (the test pool has 5): each claim group holds a
     // connection for its transaction while its take waits for another.
     let pool = pin_clock(&pool, 10).await;
+    let flows = |round: usize| (0..CLAIMS).map(move |c| format!("f{round}-{c}"));
     for round in 0..ROUNDS {
-        for c in 0..CLAIMS {
-            let flow = format!("f{round}-{c}");
+        for flow in flows(round) {
             create_flow(&pool, &format!("q{round}"), CEILING, &flow, "enforce").await;
             insert_items(&pool, &flow, 4).await;
         }
     }
     let app = Arc::new(TestApp::spawn(pool.clone()).await);
     for round in 0..ROUNDS {
-        let claims: Vec<_> = (0..CLAIMS)
-            .map(|c| {
-                let app = app.clone();
-                tokio::spawn(async move {
-                    let flow = format!("f{round}-{c}");
-                    let body = json!({"worker": flow, "flows": [flow], "max": 4});
-                    let response = post_claim(&app, body).await;
-                    let status = response.status();
-                    let text = response.text().await.unwrap();
-                    assert_eq!(status, 200, "{text}");
-                    serde_json::from_str::<Claim>(&text).unwrap()
-                })
-            })
-            .collect();
         let mut leased = 0;
-        for claim in claims {
-            leased += claim.await.unwrap().items.len() as i64;
+        for (status, answer) in claim_each_flow_at_once(&app, flows(round).collect(), 4).await {
+            assert_eq!(status, 200, "{answer}");
+            leased += answer["items"].as_array().expect("items").len() as i64;
         }
-        let quota = format!("q{round}");
-        let counted: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(count), 0)::bigint FROM quota_window WHERE quota = $1",
-        )
-        .bind(&quota)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        let counted = current_count(&pool, &format!("q{round}")).await;
         assert_eq!(
             leased, counted,
             "round {round}: every leased item counted, no more"
@@ -257,28 +265,13 @@ async fn concurrent_claims_of_different_flows_never_lease_past_the_ceiling(pool:
 async fn more_concurrent_claims_of_different_flows_than_connections_are_all_answered(pool: PgPool) {
     const CLAIMS: usize = 24;
     let pool = pin_clock(&pool, 10).await;
-    for c in 0..CLAIMS {
-        let flow = format!("f{c}");
-        create_flow(&pool, "q", 1000, &flow, "enforce").await;
-        insert_items(&pool, &flow, 2).await;
+    let flows: Vec<String> = (0..CLAIMS).map(|c| format!("f{c}")).collect();
+    for flow in &flows {
+        create_flow(&pool, "q", 1000, flow, "enforce").await;
+        insert_items(&pool, flow, 2).await;
     }
     let app = Arc::new(TestApp::spawn(pool.clone()).await);
-    let claims: Vec<_> = (0..CLAIMS)
-        .map(|c| {
-            let app = app.clone();
-            tokio::spawn(async move {
-                let flow = format!("f{c}");
-                let body = json!({"worker": flow, "flows": [flow], "max": 1});
-                let response = post_claim(&app, body).await;
-                (
-                    response.status().as_u16(),
-                    response.json::<Value>().await.unwrap(),
-                )
-            })
-        })
-        .collect();
-    for claim in claims {
-        let (status, answer) = claim.await.unwrap();
+    for (status, answer) in claim_each_flow_at_once(&app, flows, 1).await {
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["outcome"], "claimed", "{answer}");
     }
