@@ -77,16 +77,7 @@ impl Arbiter {
                 }
             };
             for (waiter, share) in group.into_iter().zip(share_up_to(&wants, take.taken)) {
-                let claim_take = Take {
-                    taken: share,
-                    stopped_by: if share < waiter.want {
-                        take.stopped_by
-                    } else {
-                        None
-                    },
-                    ..take
-                };
-                if let Err(Ok(unheard)) = waiter.reply.send(Ok(claim_take)) {
+                if let Err(Ok(unheard)) = waiter.reply.send(Ok(take.share_of(share, waiter.want))) {
                     let window = unheard.clock.window_start;
                     self.store
                         .give_back_unused(name, window, unheard.taken)

@@ -42,6 +42,24 @@ pub struct QuotaTake {
     pub count_after: Option<i64>,
 }
 
+impl Take {
+    /// One claim's part of a take its group shared (design.md §9): `share` of
+    /// the slots, for a claim that wanted `wanted`. Only a claim that got
+    /// less than it wanted hears what stopped the take: a claim served in
+    /// full was held back by nothing, whatever its neighbours got.
+    pub fn share_of(self, share: i64, wanted: i64) -> Take {
+        Take {
+            taken: share,
+            stopped_by: if share < wanted {
+                self.stopped_by
+            } else {
+                None
+            },
+            ..self
+        }
+    }
+}
+
 impl QuotaAsk {
     /// Observe mode: `slots` of `quota` spent whatever the window's count,
     /// so that the count stays the honest record of every slot spent.
@@ -130,6 +148,53 @@ impl Store {
         }
         if let Err(error) = self.give_back_slots(quota, window_start, slots).await {
             tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, Utc};
+
+    use super::*;
+    use crate::decision::Limit;
+
+    /// A take of 3 for a group that wanted 5, stopped by the cadence.
+    fn short_take() -> Take {
+        let now = Utc::now();
+        let clock = ClockReading {
+            db_now: now,
+            window_start: now - Duration::minutes(1),
+            window_end: now + Duration::minutes(59),
+        };
+        Take {
+            clock,
+            taken: 3,
+            count_after: Some(3),
+            stopped_by: Some(Refusal {
+                limit: Limit::Cadence,
+                retry_at: now + Duration::seconds(2),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_claim_served_in_full_hears_no_refusal() {
+        let take = short_take();
+        let served = take.share_of(2, 2);
+        assert_eq!(served.taken, 2);
+        assert!(served.stopped_by.is_none());
+        assert_eq!(served.count_after, take.count_after);
+        assert_eq!(served.clock.window_start, take.clock.window_start);
+    }
+
+    #[test]
+    fn a_claim_served_short_hears_what_stopped_the_take() {
+        let take = short_take();
+        for (share, wanted) in [(1, 3), (0, 1)] {
+            let short = take.share_of(share, wanted);
+            assert_eq!(short.taken, share);
+            assert_eq!(short.stopped_by, take.stopped_by, "{share} of {wanted}");
         }
     }
 }
