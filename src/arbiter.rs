@@ -13,8 +13,11 @@ mod rationing;
 mod shell;
 mod work;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -268,4 +271,38 @@ fn rollout_defers(percent: i16, request: &SlotRequest, unkeyed: &AtomicU64) -> b
         None => unkeyed.fetch_add(1, Ordering::Relaxed).wrapping_mul(61) % 100,
     };
     bucket < u64::try_from(percent).unwrap_or(0)
+}
+
+/// Runs `futures` together and answers their outputs in order. Each is first
+/// polled in order, so decisions that queue for a group statement on their
+/// first poll queue in that order.
+pub(super) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut running: Vec<Option<Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in running.iter_mut().zip(outputs.iter_mut()) {
+            let Some(polled) = future.as_mut() else {
+                continue;
+            };
+            match polled.as_mut().poll(cx) {
+                Poll::Ready(value) => {
+                    *output = Some(value);
+                    *future = None;
+                }
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future ran to its end"))
+        .collect()
 }

@@ -40,7 +40,6 @@ pub const STORE_OPERATIONS: &[&str] = &[
     "reserve",
     "read_clock",
     "take_slots",
-    "give_back_slots",
     "claim_work",
     "work_backlog",
     "enqueue_work",

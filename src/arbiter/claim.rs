@@ -24,13 +24,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::observe::{late_would_defers, past_ceiling};
-use super::rationing::Ask;
 use super::shell::{Operation, Shell, StoreError};
-use super::with_rule;
-use super::{catalog_not_loaded, Arbiter};
+use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter};
 use crate::bypass::BypassDesk;
-use crate::catalog::{Mode, QuotaRule, Snapshot};
+use crate::catalog::{Mode, QuotaRule, Rule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::store::claim::{ClaimGroup, ClaimLane, ClaimLeases, Claimant, EnforcedLane};
 use crate::store::{Refusal, Store, Take, WorkItem};
@@ -234,17 +231,12 @@ impl Arbiter {
         }
         let snapshot = &share.snapshot;
         let mut items = Vec::with_capacity(share.items.len());
-        let mut observed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        let mut observed: Vec<(usize, Rule)> = Vec::new();
         for (item, kind) in share.items {
             let rule = snapshot.rule(&item.flow);
             let had_deadline = item.deadline.is_some();
             let decision = match (kind, &rule) {
-                (ClaimLane::Due, _) => bypass.grant(&SlotRequest {
-                    flow: item.flow.clone(),
-                    count: 1,
-                    deadline: item.deadline,
-                    reference: item.reference.clone(),
-                }),
+                (ClaimLane::Due, _) => bypass.grant(&one_slot_of(&item)),
                 (ClaimLane::Enforced(take), Some(rule)) => {
                     let mut decision = with_rule(rule);
                     decision.window_start = Some(share.takes[take].clock.window_start);
@@ -255,11 +247,8 @@ impl Arbiter {
                     self.settle(decision, had_deadline, true)
                 }
                 (ClaimLane::Observed, Some(rule)) => {
-                    observed
-                        .entry(rule.quota.name.clone())
-                        .or_default()
-                        .push(items.len());
-                    with_rule(rule) // settled below, once its slot is spent
+                    observed.push((items.len(), rule.clone()));
+                    with_rule(rule) // decided below, once the claim committed
                 }
                 (_, Some(rule)) if rule.flow.mode == Mode::Count => {
                     let decision = self.count_after_the_fact(with_rule(rule), rule, 1);
@@ -273,10 +262,7 @@ impl Arbiter {
             };
             items.push(ClaimedItem { item, decision });
         }
-        for (quota, indices) in observed {
-            self.spend_observed_claims(snapshot, &quota, &mut items, &indices)
-                .await;
-        }
+        self.observe_claimed(&mut items, &observed).await;
         Ok(Claim {
             outcome: ClaimOutcome::Claimed,
             items,
@@ -378,46 +364,23 @@ impl Arbiter {
         Ok((held, enforced, lifts_first))
     }
 
-    /// Observed items are granted regardless; their quota's slots are spent
-    /// after the claim commits, in one statement per quota, and each item
-    /// says whether enforcement would have deferred it.
-    async fn spend_observed_claims(
-        &self,
-        snapshot: &Snapshot,
-        quota: &str,
-        items: &mut [ClaimedItem],
-        indices: &[usize],
-    ) {
-        let Some(rule) = snapshot.rule(&items[indices[0]].item.flow) else {
-            return;
-        };
-        let asked: Vec<(String, bool)> = indices
+    /// Observed items are granted regardless; their slots are spent after
+    /// the claim commits, each as a single observed decision, all at once
+    /// and first asked in lease order (most urgent first), so that the
+    /// coalescer spends them together and each says whether enforcement
+    /// would have deferred it.
+    async fn observe_claimed(&self, items: &mut [ClaimedItem], observed: &[(usize, Rule)]) {
+        let requests: Vec<SlotRequest> = observed
             .iter()
-            .map(|&i| (items[i].item.flow.clone(), items[i].item.deadline.is_some()))
+            .map(|(i, _)| one_slot_of(&items[*i].item))
             .collect();
-        let asks: Vec<Ask> = asked
-            .iter()
-            .map(|(flow, _)| {
-                let priority = snapshot.rule(flow).map_or(1, |r| r.flow.priority);
-                Ask::observed(1, rule.quota.ceiling_for(priority))
-            })
-            .collect();
-        let late = || late_would_defers(quota.to_string(), asked, asks.clone());
-        let total = indices.len() as i64;
-        let reservation = self.spend_observed(&rule, total, late).await;
-        let past = reservation
-            .as_ref()
-            .and_then(|r| r.count_after)
-            .map(|after| past_ceiling(after, &asks));
-        for (k, &i) in indices.iter().enumerate() {
-            let decision = &mut items[i].decision;
-            if let Some(reservation) = &reservation {
-                decision.window_start = Some(reservation.clock.window_start);
-            }
-            decision.would_defer = past.as_ref().is_some_and(|p| p[k]);
-            decision.limit = decision.would_defer.then_some(Limit::Budget);
-            let had_deadline = items[i].item.deadline.is_some();
-            *decision = self.settle(decision.clone(), had_deadline, true);
+        let decided =
+            all_at_once(observed.iter().zip(&requests).map(|((i, rule), request)| {
+                self.observe(items[*i].decision.clone(), rule, request)
+            }))
+            .await;
+        for (((i, _), request), decision) in observed.iter().zip(&requests).zip(decided) {
+            items[*i].decision = self.settle(decision, request.deadline.is_some(), true);
         }
     }
 
@@ -465,6 +428,16 @@ impl Arbiter {
             retry_after_seconds: waited.retry_after_seconds,
             limit,
         })
+    }
+}
+
+/// What claiming `item` asks of its quota: one slot of its flow.
+fn one_slot_of(item: &WorkItem) -> SlotRequest {
+    SlotRequest {
+        flow: item.flow.clone(),
+        count: 1,
+        deadline: item.deadline,
+        reference: item.reference.clone(),
     }
 }
 

@@ -71,7 +71,6 @@ pub(super) enum Operation {
     Admit,
     ReadClock,
     TakeSlots,
-    GiveBackSlots,
     ClaimWork,
     WorkBacklog,
     EnqueueWork,
@@ -87,7 +86,6 @@ impl Operation {
             Operation::Admit => "admit",
             Operation::ReadClock => "read_clock",
             Operation::TakeSlots => "take_slots",
-            Operation::GiveBackSlots => "give_back_slots",
             Operation::ClaimWork => "claim_work",
             Operation::WorkBacklog => "work_backlog",
             Operation::EnqueueWork => "enqueue_work",
@@ -330,12 +328,11 @@ mod tests {
     use super::*;
     use crate::metrics::STORE_OPERATIONS;
 
-    const ALL: [Operation; 11] = [
+    const ALL: [Operation; 10] = [
         Operation::Reserve,
         Operation::Admit,
         Operation::ReadClock,
         Operation::TakeSlots,
-        Operation::GiveBackSlots,
         Operation::ClaimWork,
         Operation::WorkBacklog,
         Operation::EnqueueWork,

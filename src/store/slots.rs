@@ -127,7 +127,7 @@ impl Store {
     }
 
     /// Decrements the window the slots were taken from (never another one).
-    pub async fn give_back_slots(
+    async fn give_back_slots(
         &self,
         quota: &str,
         window_start: DateTime<Utc>,
