@@ -128,8 +128,8 @@ impl Lanes {
 /// item uses goes back, and all of them if the claim fails or is dropped.
 struct HeldTakes {
     store: Store,
+    /// Emptied once settled: what is left when it drops goes back whole.
     takes: Vec<(String, Take)>,
-    given_back: bool,
 }
 
 impl HeldTakes {
@@ -137,7 +137,6 @@ impl HeldTakes {
         Self {
             store,
             takes: Vec::new(),
-            given_back: false,
         }
     }
 
@@ -148,14 +147,13 @@ impl HeldTakes {
             .zip(used)
             .map(|((quota, take), used)| (quota, take, take.taken - used))
             .collect();
-        self.given_back = true;
         give_back(self.store.clone(), unused).await;
     }
 }
 
 impl Drop for HeldTakes {
     fn drop(&mut self) {
-        if self.given_back || self.takes.is_empty() {
+        if self.takes.is_empty() {
             return;
         }
         let all = std::mem::take(&mut self.takes)
@@ -250,7 +248,9 @@ impl Arbiter {
                     observed.push((items.len(), rule.clone()));
                     with_rule(rule) // decided below, once the claim committed
                 }
-                (_, Some(rule)) if rule.flow.mode == Mode::Count => {
+                // A count-mode flow (or one the catalog has since moved):
+                // spent without a reservation, counted after the fact.
+                (ClaimLane::Unthrottled, Some(rule)) => {
                     let decision = self.count_after_the_fact(with_rule(rule), rule, 1);
                     self.settle(decision, had_deadline, true)
                 }
@@ -443,8 +443,7 @@ fn one_slot_of(item: &WorkItem) -> SlotRequest {
 
 /// The refusal that lifts first.
 fn earliest(a: Option<Refusal>, b: Option<Refusal>) -> Option<Refusal> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(if b.retry_at < a.retry_at { b } else { a }),
-        (a, b) => a.or(b),
-    }
+    a.into_iter()
+        .chain(b)
+        .min_by_key(|refusal| refusal.retry_at)
 }

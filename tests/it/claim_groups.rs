@@ -276,3 +276,34 @@ async fn more_concurrent_claims_of_different_flows_than_connections_are_all_answ
         assert_eq!(answer["outcome"], "claimed", "{answer}");
     }
 }
+
+/// A claim whose lease fails after its lane took its slots: every slot taken
+/// goes back (an over-count only until the give-back runs); none stays
+/// counted for items nobody leased. A trigger that refuses every update of a
+/// work item makes the lease fail.
+#[sqlx::test]
+async fn a_claim_whose_lease_fails_gives_back_every_slot_it_took(pool: PgPool) {
+    create_flow(&pool, "q", 1000, "f", "enforce").await;
+    insert_items(&pool, "f", 3).await;
+    for statement in [
+        "CREATE FUNCTION refuse_lease() RETURNS trigger LANGUAGE plpgsql
+         AS $$ BEGIN RAISE EXCEPTION 'lease refused by the test'; END $$",
+        "CREATE TRIGGER refuse_lease BEFORE UPDATE ON work_item
+         FOR EACH ROW EXECUTE FUNCTION refuse_lease()",
+    ] {
+        sqlx::query(statement).execute(&pool).await.unwrap();
+    }
+    let app = TestApp::spawn(pool.clone()).await;
+    let body = json!({"worker": "w", "flows": ["f"], "max": 2});
+    assert_eq!(post_claim(&app, body).await.status(), 500);
+    // The row exists once the take ran; its count is back to 0 once the
+    // slots went back.
+    let window_count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count FROM quota_window WHERE quota = 'q'")
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+    };
+    let counted = eventually(Duration::from_secs(5), Some(0), window_count).await;
+    assert_eq!(counted, Some(0), "the two slots taken went back");
+}

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, Utc};
 use quota_arbiter::arbiter::{Claim, ClaimOutcome};
@@ -10,7 +11,9 @@ use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, db_now, pin_clock, set_limits, TestApp};
+use crate::helpers::{
+    create_flow, current_count, db_now, eventually, pin_clock, set_limits, TestApp,
+};
 
 async fn post(app: &TestApp, path: &str, body: Value) -> reqwest::Response {
     app.client
@@ -658,6 +661,101 @@ async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPo
         1,
         "the refusal spent no budget"
     );
+}
+
+/// A claim that gets nothing on two quotas retries when the first of their
+/// limits lifts: the cadence's next token (2 s), not the full window's end,
+/// whichever quota comes first in name order.
+#[sqlx::test]
+async fn a_claim_deferred_on_two_quotas_retries_when_the_first_limit_lifts(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "a-budget", 1, "report", "enforce").await;
+    create_flow(&pool, "b-paced", 100, "sync", "enforce").await;
+    set_limits(&pool, "b-paced", "rate = 0.5, burst = 1, adaptive = false").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "report", 2).await;
+    enqueue_n(&app, "sync", 2).await;
+
+    let first = claim(&app, json!({"worker": "w-1", "max": 4})).await;
+    assert_eq!(first.items.len(), 2, "one slot of each quota");
+    let both_short = claim(&app, json!({"worker": "w-1", "max": 4})).await;
+    assert_eq!(both_short.outcome, ClaimOutcome::Deferred);
+    assert_eq!(both_short.limit, Some(Limit::Cadence));
+    let wait = both_short.retry_at.unwrap() - db_now(&pool).await;
+    assert!(
+        wait > Duration::zero() && wait <= Duration::seconds(2),
+        "retry at the next token, not at the window's end: {wait}"
+    );
+}
+
+/// With the window full and an item waiting out a retry delay that ends
+/// first, a claim that gets nothing retries when that delay ends (no limit
+/// holds that item back till then).
+#[sqlx::test]
+async fn a_claim_held_by_the_budget_retries_when_a_retry_delay_ends_first(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 2, "sync", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "sync", 3).await;
+    let full = claim(&app, json!({"worker": "w-1", "max": 2})).await;
+    assert_eq!(full.items.len(), 2, "the window is full");
+    let delayed = full.items[0].item.id;
+    let body = json!({"worker": "w-1", "retry_in": "10m"});
+    assert_eq!(release(&app, delayed, body).await.status(), 200);
+
+    let held = claim(&app, json!({"worker": "w-2", "max": 2})).await;
+    assert_eq!(held.outcome, ClaimOutcome::Deferred);
+    assert_eq!(held.limit, None, "{held:?}");
+    let wait = held.retry_at.unwrap() - db_now(&pool).await;
+    assert!(
+        wait > Duration::minutes(9) && wait <= Duration::minutes(10),
+        "retry when the delay ends, not at the window's end (50 min): {wait}"
+    );
+}
+
+/// Nothing claimable, one item waiting out a retry delay that ends past the
+/// window: the claim retries when the delay ends, with no limit named (no
+/// window or bucket holds anything back).
+#[sqlx::test]
+async fn a_claim_with_only_delayed_items_retries_when_the_delay_ends(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 100, "sync", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "sync", 1).await;
+    let got = claim(&app, json!({"worker": "w-1"})).await;
+    let body = json!({"worker": "w-1", "retry_in": "2h"});
+    assert_eq!(
+        release(&app, got.items[0].item.id, body).await.status(),
+        200
+    );
+
+    let waiting = claim(&app, json!({"worker": "w-1"})).await;
+    assert_eq!(waiting.outcome, ClaimOutcome::Deferred);
+    assert_eq!(waiting.limit, None, "{waiting:?}");
+    let wait = waiting.retry_at.unwrap() - db_now(&pool).await;
+    assert!(
+        wait > Duration::minutes(119) && wait <= Duration::minutes(120),
+        "retry when the delay ends: {wait}"
+    );
+}
+
+/// A claimed item of a count-mode flow is never throttled (a ceiling of 1
+/// holds none back), yet each is spent in its quota's window after the
+/// fact and its decision names the quota, as `/v1/reserve` answers.
+#[sqlx::test]
+async fn claimed_items_of_a_counted_flow_are_unthrottled_and_counted(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "ppf", 1, "ack", "count").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    enqueue_n(&app, "ack", 3).await;
+    let got = claim(&app, json!({"worker": "w-1", "max": 3})).await;
+    assert_eq!(got.items.len(), 3);
+    for claimed in &got.items {
+        assert_eq!(claimed.decision.outcome, Outcome::Unthrottled);
+        assert_eq!(claimed.decision.quota.as_deref(), Some("ppf"));
+    }
+    let counted = eventually(StdDuration::from_secs(5), 3, || current_count(&pool, "ppf")).await;
+    assert_eq!(counted, 3, "each claimed item counted after the fact");
 }
 
 /// Items in every state, done ones `hours_ago` in the past (database clock).
