@@ -306,3 +306,48 @@ pub(super) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>)
         .map(|o| o.expect("every future ran to its end"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(reference: Option<&str>) -> SlotRequest {
+        SlotRequest::new("f".into(), None, None, reference.map(String::from)).unwrap()
+    }
+
+    #[test]
+    fn a_full_rollout_defers_every_refusal() {
+        let unkeyed = AtomicU64::new(0);
+        for reference in [None, Some("inv-1"), Some("inv-2")] {
+            assert!(rollout_defers(100, &refused(reference), &unkeyed));
+        }
+    }
+
+    #[test]
+    fn refusals_without_a_ref_are_spread_evenly_over_the_share() {
+        for percent in [0, 1, 30, 99] {
+            let unkeyed = AtomicU64::new(0);
+            let deferred = (0..100)
+                .filter(|_| rollout_defers(percent, &refused(None), &unkeyed))
+                .count();
+            assert_eq!(
+                deferred, percent as usize,
+                "any 100 in a row at {percent} %"
+            );
+        }
+    }
+
+    #[test]
+    fn a_ref_gets_the_same_answer_every_time_by_its_hash() {
+        // FNV-1a of "inv-1" is 0xe997ff8f39a31a1a: bucket 14 of 100.
+        let unkeyed = AtomicU64::new(0);
+        for _ in 0..3 {
+            assert!(rollout_defers(15, &refused(Some("inv-1")), &unkeyed));
+            assert!(!rollout_defers(14, &refused(Some("inv-1")), &unkeyed));
+        }
+        let share = (0..1000)
+            .filter(|i| rollout_defers(30, &refused(Some(&format!("ref-{i}"))), &unkeyed))
+            .count();
+        assert!((250..350).contains(&share), "{share} of 1000 refs at 30 %");
+    }
+}

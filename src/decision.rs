@@ -205,3 +205,67 @@ impl Decision {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+
+    use super::*;
+
+    /// The database clock 1500.25 s before the end of its window.
+    fn clock() -> ClockReading {
+        let db_now = Utc::now();
+        let window_end = db_now + Duration::milliseconds(1_500_250);
+        ClockReading {
+            db_now,
+            window_start: window_end - Duration::hours(1),
+            window_end,
+        }
+    }
+
+    fn left(decision: &Decision) -> Option<SlotsLeft> {
+        decision.quota_limit.and_then(|limit| limit.left)
+    }
+
+    #[test]
+    fn a_counted_grant_leaves_the_ceiling_less_the_count_until_the_window_ends() {
+        let granted = Decision::new(Outcome::Granted, "f").with_ceiling(10);
+        let counted = granted.counted(3, &clock());
+        let expected = SlotsLeft {
+            slots: 7,
+            reset: 1501,
+        };
+        assert_eq!(left(&counted), Some(expected), "seconds rounded up");
+        let past = Decision::new(Outcome::Granted, "f").with_ceiling(10);
+        assert_eq!(left(&past.counted(12, &clock())).unwrap().slots, 0);
+        let unnamed = Decision::new(Outcome::Granted, "f").counted(3, &clock());
+        assert_eq!(unnamed.quota_limit, None, "no ceiling named, nothing said");
+    }
+
+    #[test]
+    fn a_deferral_waits_whole_seconds_rounded_up_and_leaves_nothing_till_then() {
+        let now = Utc::now();
+        let decision = Decision::new(Outcome::Granted, "f").with_ceiling(10);
+        let deferred = decision.deferred_until(now + Duration::milliseconds(2_300), now);
+        assert_eq!(deferred.outcome, Outcome::Deferred);
+        assert_eq!(deferred.retry_after_seconds, Some(3));
+        let expected = SlotsLeft { slots: 0, reset: 3 };
+        assert_eq!(left(&deferred), Some(expected));
+        let exact = Decision::new(Outcome::Granted, "f");
+        let exact = exact.deferred_until(now + Duration::seconds(2), now);
+        assert_eq!(exact.retry_after_seconds, Some(2), "no second added");
+        let past = Decision::new(Outcome::Granted, "f");
+        let past = past.deferred_until(now - Duration::seconds(5), now);
+        assert_eq!(past.retry_after_seconds, Some(0), "a time past: at once");
+    }
+
+    #[test]
+    fn a_full_window_defers_until_it_ends() {
+        let clock = clock();
+        let deferred = Decision::new(Outcome::Granted, "f").deferred_on_budget(&clock);
+        assert_eq!(deferred.retry_at, Some(clock.window_end));
+        assert_eq!(deferred.retry_after_seconds, Some(1501));
+        assert_eq!(deferred.window_start, Some(clock.window_start));
+        assert_eq!(deferred.limit, Some(Limit::Budget));
+    }
+}
