@@ -176,7 +176,7 @@ impl Coalescer {
         let takes = self.store.take_slots_across(&quota_asks).await?;
         let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
         for ((members, asks), take) in parts.members.iter().zip(&parts.asks).zip(&takes) {
-            let before = taken(take.count_after, take.taken).count_before;
+            let before = taken(take).count_before;
             let flags = rationing::would_defer(asks, before);
             let counts = rationing::counts_in_order(asks, before);
             for ((&i, would_defer), count) in members.iter().zip(flags).zip(counts) {
@@ -223,7 +223,7 @@ impl Coalescer {
         for ((members, asks), (ask, take)) in
             members.iter().zip(&asks).zip(quota_asks.iter().zip(&takes))
         {
-            let sharing = rationing::share_out(asks, taken(take.count_after, take.taken));
+            let sharing = rationing::share_out(asks, taken(take));
             let window = take.clock.window_start;
             self.give_back(&ask.quota, window, sharing.unused_slots)
                 .await;
@@ -525,12 +525,11 @@ fn hand_out(leases: &[LabelledLease], flows: &[String], holders: &[usize]) -> Ha
     handout
 }
 
-/// What a take-up-to-k statement took (`slots`, leaving the window at
-/// `count_after`), as rationing reads it.
-pub(super) fn taken(count_after: Option<i64>, slots: i64) -> Taken {
+/// What a group take on budget-only quotas took, as rationing reads it.
+fn taken(take: &QuotaTake) -> Taken {
     Taken {
-        count_before: count_after.map_or(0, |after| after - slots),
-        slots,
+        count_before: take.count_after.map_or(0, |after| after - take.taken),
+        slots: take.taken,
         slots_bound_by: Limit::Budget,
         places: 0,
     }
