@@ -577,6 +577,15 @@ async fn a_deferred_claim_without_deadlines_waits_for_the_next_window(pool: PgPo
     assert!(deferred.retry_after_seconds.is_some_and(|s| s > 2900));
 }
 
+/// A claim that gets nothing: deferred, by which limit, and how long until
+/// its `retry_at` by the database clock.
+async fn deferred_claim(app: &TestApp, pool: &PgPool, body: Value) -> (Option<Limit>, Duration) {
+    let deferred = claim(app, body).await;
+    assert_eq!(deferred.outcome, ClaimOutcome::Deferred, "{deferred:?}");
+    let wait = deferred.retry_at.unwrap() - db_now(pool).await;
+    (deferred.limit, wait)
+}
+
 pub(crate) async fn enqueue_n(app: &TestApp, flow: &str, n: usize) {
     for i in 0..n {
         let (status, _) = enqueue(app, json!({"flow": flow, "payload": {"i": i}})).await;
@@ -611,10 +620,8 @@ async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
         "no budget slot beyond the two"
     );
 
-    let full = claim(&app, json!({"worker": "w-2", "max": 5})).await;
-    assert_eq!(full.outcome, ClaimOutcome::Deferred);
-    assert_eq!(full.limit, Some(Limit::InFlight));
-    let wait = full.retry_at.unwrap() - db_now(&pool).await;
+    let (limit, wait) = deferred_claim(&app, &pool, json!({"worker": "w-2", "max": 5})).await;
+    assert_eq!(limit, Some(Limit::InFlight));
     assert!(
         wait <= Duration::seconds(31),
         "retry when the first place lease expires, not at the next window: {wait}"
@@ -648,10 +655,8 @@ async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPo
 
     let first = claim(&app, json!({"worker": "w-1", "max": 3})).await;
     assert_eq!(first.items.len(), 1, "a bucket of one token");
-    let paced = claim(&app, json!({"worker": "w-1", "max": 3})).await;
-    assert_eq!(paced.outcome, ClaimOutcome::Deferred);
-    assert_eq!(paced.limit, Some(Limit::Cadence));
-    let wait = paced.retry_at.unwrap() - db_now(&pool).await;
+    let (limit, wait) = deferred_claim(&app, &pool, json!({"worker": "w-1", "max": 3})).await;
+    assert_eq!(limit, Some(Limit::Cadence));
     assert!(
         wait > Duration::zero() && wait <= Duration::seconds(2),
         "retry when the next token is there (2 s at 0.5/s), not at the next window: {wait}"
@@ -678,10 +683,8 @@ async fn a_claim_deferred_on_two_quotas_retries_when_the_first_limit_lifts(pool:
 
     let first = claim(&app, json!({"worker": "w-1", "max": 4})).await;
     assert_eq!(first.items.len(), 2, "one slot of each quota");
-    let both_short = claim(&app, json!({"worker": "w-1", "max": 4})).await;
-    assert_eq!(both_short.outcome, ClaimOutcome::Deferred);
-    assert_eq!(both_short.limit, Some(Limit::Cadence));
-    let wait = both_short.retry_at.unwrap() - db_now(&pool).await;
+    let (limit, wait) = deferred_claim(&app, &pool, json!({"worker": "w-1", "max": 4})).await;
+    assert_eq!(limit, Some(Limit::Cadence));
     assert!(
         wait > Duration::zero() && wait <= Duration::seconds(2),
         "retry at the next token, not at the window's end: {wait}"
@@ -703,10 +706,8 @@ async fn a_claim_held_by_the_budget_retries_when_a_retry_delay_ends_first(pool: 
     let body = json!({"worker": "w-1", "retry_in": "10m"});
     assert_eq!(release(&app, delayed, body).await.status(), 200);
 
-    let held = claim(&app, json!({"worker": "w-2", "max": 2})).await;
-    assert_eq!(held.outcome, ClaimOutcome::Deferred);
-    assert_eq!(held.limit, None, "{held:?}");
-    let wait = held.retry_at.unwrap() - db_now(&pool).await;
+    let (limit, wait) = deferred_claim(&app, &pool, json!({"worker": "w-2", "max": 2})).await;
+    assert_eq!(limit, None);
     assert!(
         wait > Duration::minutes(9) && wait <= Duration::minutes(10),
         "retry when the delay ends, not at the window's end (50 min): {wait}"
@@ -729,10 +730,8 @@ async fn a_claim_with_only_delayed_items_retries_when_the_delay_ends(pool: PgPoo
         200
     );
 
-    let waiting = claim(&app, json!({"worker": "w-1"})).await;
-    assert_eq!(waiting.outcome, ClaimOutcome::Deferred);
-    assert_eq!(waiting.limit, None, "{waiting:?}");
-    let wait = waiting.retry_at.unwrap() - db_now(&pool).await;
+    let (limit, wait) = deferred_claim(&app, &pool, json!({"worker": "w-1"})).await;
+    assert_eq!(limit, None);
     assert!(
         wait > Duration::minutes(119) && wait <= Duration::minutes(120),
         "retry when the delay ends: {wait}"
@@ -1047,10 +1046,8 @@ async fn a_waiting_item_is_claimed_by_no_path_and_still_counts_as_pending(pool: 
     }
 
     let before = queue_dump(&pool).await;
-    let deferred = claim(&app, json!({"worker": "w-2", "max": 10})).await;
-    assert_eq!(deferred.outcome, ClaimOutcome::Deferred, "{deferred:?}");
-    assert_eq!(deferred.limit, None);
-    let wait = deferred.retry_at.unwrap() - db_now(&pool).await;
+    let (limit, wait) = deferred_claim(&app, &pool, json!({"worker": "w-2", "max": 10})).await;
+    assert_eq!(limit, None);
     assert!(
         wait > Duration::minutes(9) && wait <= Duration::minutes(10),
         "{wait}"
