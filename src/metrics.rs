@@ -151,6 +151,7 @@ pub struct Instruments {
     decisions: Family<DecisionLabels, Counter>,
     would_defer: Family<DecisionLabels, Counter>,
     reserve_seconds: Histogram,
+    claim_wait_seconds: Histogram,
     store_errors: Family<OperationLabels, Counter>,
     flow_mode: Family<FlowModeLabels, Gauge>,
     flow_enforce_percent: Family<FlowLabels, Gauge>,
@@ -188,6 +189,14 @@ impl Metrics {
             "reserve_duration_seconds",
             "Time spent in the store's conditional upsert, per decision",
             reserve_seconds.clone(),
+        );
+        // From 50 µs (a free turn) to 1.6 s, near the longest store time
+        // limit (1.9 s); a wait past the limit is a `claim_work` store error.
+        let claim_wait_seconds = Histogram::new(exponential_buckets(0.00005, 2.0, 16));
+        registry.register(
+            "claim_wait_seconds",
+            "Time a group of claims waited for its turn among the open claim transactions (at most half the pool), per group",
+            claim_wait_seconds.clone(),
         );
         let store_errors = Family::<OperationLabels, Counter>::default();
         registry.register(
@@ -273,6 +282,7 @@ impl Metrics {
             decisions,
             would_defer,
             reserve_seconds,
+            claim_wait_seconds,
             store_errors,
         };
         for operation in STORE_OPERATIONS {
@@ -335,6 +345,10 @@ impl Metrics {
 
     pub fn record_reserve_seconds(&self, seconds: f64) {
         self.reserve_seconds.observe(seconds);
+    }
+
+    pub fn record_claim_wait(&self, waited: std::time::Duration) {
+        self.claim_wait_seconds.observe(waited.as_secs_f64());
     }
 
     pub fn store_error(&self, operation: &str) {

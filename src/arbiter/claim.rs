@@ -311,6 +311,7 @@ impl Arbiter {
         );
         let (held, enforced, lifts_first) = taken?;
         let begun = begun?;
+        self.metrics.record_claim_wait(begun.waited);
         let observed: Vec<&[String]> = lanes.observed.values().map(|(_, f)| f.as_slice()).collect();
         let lease = self.store.lease_claim(begun, &observed, &enforced);
         let leases = shell.run(Operation::ClaimWork, lease).await?;

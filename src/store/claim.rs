@@ -7,6 +7,7 @@
 //! items use.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::OwnedSemaphorePermit;
@@ -80,6 +81,9 @@ impl Claimant {
 pub struct BegunClaim<'a> {
     /// Held until the transaction ends (`Store::claim_transactions`).
     _open: OwnedSemaphorePermit,
+    /// How long the group waited for its turn among the open claim
+    /// transactions (`quota_arbiter_claim_wait_seconds`).
+    pub waited: Duration,
     tx: Transaction<'static, Postgres>,
     look: FirstLook,
     group: ClaimGroup<'a>,
@@ -149,14 +153,17 @@ impl Store {
         &self,
         group: ClaimGroup<'a>,
     ) -> Result<BegunClaim<'a>, sqlx::Error> {
+        let asked = Instant::now();
         let open = self.claim_transactions.clone().acquire_owned().await;
         let open = open.map_err(|_| sqlx::Error::PoolClosed)?;
+        let waited = asked.elapsed();
         let mut tx = self.claim_transaction().await?;
         let max = Claimant::most_items(group.claimants);
         let (flows, horizon) = (group.worker_flows, group.horizon_seconds);
         let look = first_look(&mut tx, flows, horizon, max, &[]).await?;
         Ok(BegunClaim {
             _open: open,
+            waited,
             tx,
             look,
             group,
@@ -178,6 +185,7 @@ impl Store {
     ) -> Result<ClaimLeases, sqlx::Error> {
         let BegunClaim {
             _open: open,
+            waited: _,
             mut tx,
             look,
             group,

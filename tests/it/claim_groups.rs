@@ -11,9 +11,13 @@ use quota_arbiter::arbiter::{Claim, ClaimOutcome};
 use quota_arbiter::store::claim::{ClaimGroup, Claimant};
 use quota_arbiter::store::Store;
 use serde_json::{json, Value};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, current_count, eventually, lock_window, pin_clock, TestApp};
+use crate::helpers::{
+    create_flow, current_count, eventually, lock_window, metrics_text, pin_clock, TestApp,
+};
+use crate::metrics::sample;
 use crate::work::count_of;
 
 async fn post_claim(app: &TestApp, body: Value) -> reqwest::Response {
@@ -275,6 +279,42 @@ async fn more_concurrent_claims_of_different_flows_than_connections_are_all_answ
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["outcome"], "claimed", "{answer}");
     }
+    // Claims of different flows are groups of their own: each waited for
+    // its turn, and says how long.
+    let text = metrics_text(&app.client, &app.base).await;
+    let waits = sample(&text, "quota_arbiter_claim_wait_seconds_count");
+    assert_eq!(waits, Some("24"), "{text}");
+}
+
+/// With half the pool in claim transactions, the next group waits for its
+/// turn until one of them ends, and its wait is measured from when it asked.
+#[sqlx::test]
+async fn a_claim_group_waits_for_a_turn_while_half_the_pool_is_in_claims(pool: PgPool) {
+    // Two connections: one claim transaction at a time.
+    let two = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let store = Store::new(two);
+    let claimants = [Claimant {
+        worker: "w".to_string(),
+        max: 1,
+        lease_seconds: 30.0,
+    }];
+    let group = ClaimGroup {
+        claimants: &claimants,
+        worker_flows: None,
+        horizon_seconds: 900.0,
+    };
+    let first = store.begin_claim(group).await.unwrap();
+    const HELD: Duration = Duration::from_millis(300);
+    let (second, ()) = tokio::join!(store.begin_claim(group), async {
+        tokio::time::sleep(HELD).await;
+        drop(first); // rolled back: the turn is free
+    });
+    let waited = second.unwrap().waited;
+    assert!(waited >= HELD, "waited {waited:?} for a turn held {HELD:?}");
 }
 
 /// A claim whose lease fails after its lane took its slots: every slot taken

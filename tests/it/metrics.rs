@@ -118,7 +118,7 @@ async fn valid_scrape(app: &TestApp, test: &str) -> String {
     text
 }
 
-fn sample<'t>(text: &'t str, series: &str) -> Option<&'t str> {
+pub(crate) fn sample<'t>(text: &'t str, series: &str) -> Option<&'t str> {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
 }
@@ -234,6 +234,7 @@ async fn a_freshly_started_replica_exposes_a_valid_exposition(pool: PgPool) {
         r#"quota_arbiter_decisions_total{quota="ppf",flow="invoice",outcome="granted",mode="enforce"}"#,
         r#"quota_arbiter_decisions_total{quota="",flow="_unknown",outcome="unthrottled",mode=""}"#,
         r#"quota_arbiter_store_errors_total{operation="reserve"}"#,
+        "quota_arbiter_claim_wait_seconds_count",
     ] {
         assert_eq!(sample(&text, series), Some("0"), "{series}\n{text}");
     }
