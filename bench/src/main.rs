@@ -74,6 +74,9 @@ struct Args {
     /// Distinct callers of the spread admission arm; each request picks one at random.
     #[arg(long, default_value_t = 10_000)]
     callers: usize,
+    /// Items of each batch of the batch arm.
+    #[arg(long, default_value_t = 100)]
+    batch_items: usize,
     /// Skip the pending-work arms (enqueue, claims) and their baseline.
     #[arg(long)]
     no_claims: bool,
@@ -114,6 +117,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     anyhow::ensure!(args.quotas > 0, "--quotas must be at least 1");
     anyhow::ensure!(args.callers > 0, "--callers must be at least 1");
+    let batch_items = 1..=quota_arbiter::arbiter::MAX_BATCH_ITEMS;
+    anyhow::ensure!(
+        batch_items.contains(&args.batch_items),
+        "--batch-items must be within {batch_items:?}"
+    );
     let load_at_start = load_average();
     let binary = server::binary(args.server.clone())?;
     server::migrate(&binary, &args.database_url).await?;
@@ -176,6 +184,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = format!("max_in_flight {IN_FLIGHT_PLACES}, enforce");
     let in_flight = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("in-flight")));
     let in_flight = cpu::metered(pid, db, in_flight).await?;
+    let name = format!("batches of {}, enforce (per batch)", args.batch_items);
+    let flow = names.of("batch");
+    let batch = reserve::batch_arm(&load, &name, &flow, args.batch_items);
+    let batch = cpu::metered(pid, db, batch).await?;
     let quotas = args.quotas;
     let spread = format!("({} || :q)", text_literal(&names.of("pg-spread-")));
     let script = format!("\\set q random(1, {quotas})\n")
@@ -232,6 +244,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         observe,
         cadence,
         in_flight,
+        batch,
         many_quotas,
         many_paced,
         admit_hot,
@@ -308,6 +321,7 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
     declare(store, &names.of("observe"), &capped, observe).await?;
     declare(store, &names.of("cadence"), &never_refusing, enforce).await?;
     declare(store, &names.of("in-flight"), &in_flight, enforce).await?;
+    declare(store, &names.of("batch"), &far, enforce).await?;
     declare(store, &names.of("work"), &far, enforce).await?;
     declare(store, &names.of("capped"), &capped, enforce).await?;
     declare(store, &names.of("paced"), &paced, enforce).await?;

@@ -58,6 +58,32 @@ pub async fn arm(
     .await
 }
 
+#[derive(Deserialize)]
+struct BatchAnswer {
+    decisions: Vec<Answer>,
+}
+
+/// Callers posting batches of `items` single-slot items of `flow` to
+/// `POST /v1/reserve/batch` until the arm's time is up: one answer per
+/// batch, counted as `granted` when every item was granted, else by the
+/// label of its first item that was not.
+pub async fn batch_arm(load: &Load, name: &str, flow: &str, items: usize) -> anyhow::Result<Arm> {
+    let item = serde_json::json!({ "flow": flow });
+    let body = serde_json::json!({ "items": vec![item; items] });
+    let client = load.client.clone();
+    load.drive(name, Stop::Elapsed, move |call| {
+        let (client, body) = (client.clone(), body.clone());
+        async move {
+            let response = client.post_json(call.caller, "/v1/reserve/batch", &body);
+            let answer: BatchAnswer = response.await?.json()?;
+            anyhow::ensure!(answer.decisions.len() == items, "a decision per item");
+            let mut labels = answer.decisions.iter().map(Answer::label);
+            Ok(Some(labels.find(|l| *l != "granted").unwrap_or("granted")))
+        }
+    })
+    .await
+}
+
 /// `GET /healthz`: what the HTTP stack alone answers per second, the floor
 /// under every other arm.
 pub async fn healthz(load: &Load) -> anyhow::Result<Arm> {
