@@ -500,6 +500,52 @@ async fn a_store_cut_is_503_store_unavailable_within_2_s_never_429(pool: PgPool)
     assert!(metrics.contains(series), "{series} in\n{metrics}");
 }
 
+/// A route class the config file declares is in the table once a replica
+/// has started, and a change made at run time wins over the file when a
+/// replica starts again: the seed inserts a class the table lacks, nothing
+/// else, and says whether it did.
+#[sqlx::test]
+async fn a_route_class_of_the_config_file_is_seeded_once_and_run_time_changes_win(pool: PgPool) {
+    let declared = RouteClassSettings {
+        burst: 20.0,
+        rate: 5.0,
+        capacity: 600,
+        window_seconds: 60,
+        tenant_share: 0.5,
+    };
+    let mut config = test_config();
+    config.route_classes = [("partners".to_string(), declared.clone())].into();
+    let path = "/v1/route-classes/partners";
+    let app = TestApp::spawn_with(pool.clone(), config.clone()).await;
+    let seeded = app.admin_json(Method::GET, path, None).await;
+    assert_eq!(seeded["capacity"], 600, "{seeded}");
+    let admitted = admit(&app, Some(("p-1", "t-1")), "partners").await;
+    assert_eq!(
+        admitted.status(),
+        StatusCode::NO_CONTENT,
+        "the seeded class admits"
+    );
+    let patched = app
+        .admin(Method::PATCH, path)
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"capacity": 900}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), StatusCode::OK);
+    drop(app);
+
+    let restarted = TestApp::spawn_with(pool.clone(), config).await;
+    let kept = restarted.admin_json(Method::GET, path, None).await;
+    assert_eq!(
+        kept["capacity"], 900,
+        "the table wins over the file: {kept}"
+    );
+    let store = Store::new(pool);
+    assert!(!store.seed_route_class("partners", &declared).await.unwrap());
+    assert!(store.seed_route_class("others", &declared).await.unwrap());
+}
+
 #[sqlx::test]
 async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: PgPool) {
     let app = TestApp::spawn(pool).await;

@@ -135,3 +135,24 @@ fn reserve_declares_its_ratelimit_fields_and_no_new_body_field() {
     assert!(decision.get("outcome").is_some(), "{decision}");
     assert!(decision.get("quota_limit").is_none(), "{decision}");
 }
+
+/// A route class's window is declared as what the API accepts: an integer
+/// that divides an hour, each divisor listed, so a generated client offers
+/// exactly the lengths a PUT or PATCH is not refused for.
+#[test]
+fn a_route_class_window_is_declared_as_the_divisors_of_an_hour() {
+    let spec = serde_json::to_value(quota_arbiter::http::openapi()).unwrap();
+    let schemas = &spec["components"]["schemas"];
+    for schema in ["RouteClassSettings", "RouteClassPatch"] {
+        let window = &schemas[schema]["properties"]["window_seconds"];
+        assert_eq!(window["type"], "integer", "{schema}: {window}");
+        let listed: Vec<i64> = window["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{schema}: an enum of lengths: {window}"))
+            .iter()
+            .map(|n| n.as_i64().unwrap())
+            .collect();
+        let divisors: Vec<i64> = (1..=3600).filter(|n| 3600 % n == 0).collect();
+        assert_eq!(listed, divisors, "{schema}");
+    }
+}
