@@ -29,6 +29,16 @@ async fn route_class(app: &TestApp, name: &str, profile: Value) {
     assert_eq!(response.status(), StatusCode::OK, "PUT route class {name}");
 }
 
+/// `PATCH /v1/route-classes/{name}` with a JSON merge patch.
+async fn patch_route_class(app: &TestApp, name: &str, patch: &'static str) -> reqwest::Response {
+    app.admin(Method::PATCH, &format!("/v1/route-classes/{name}"))
+        .header("content-type", "application/merge-patch+json")
+        .body(patch)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// `GET /v1/admit` for a principal of a tenant (`None`: anonymous).
 async fn admit(app: &TestApp, who: Option<(&str, &str)>, class: &str) -> reqwest::Response {
     let mut request = app
@@ -525,13 +535,7 @@ async fn a_route_class_of_the_config_file_is_seeded_once_and_run_time_changes_wi
         StatusCode::NO_CONTENT,
         "the seeded class admits"
     );
-    let patched = app
-        .admin(Method::PATCH, path)
-        .header("content-type", "application/merge-patch+json")
-        .body(r#"{"capacity": 900}"#)
-        .send()
-        .await
-        .unwrap();
+    let patched = patch_route_class(&app, "partners", r#"{"capacity": 900}"#).await;
     assert_eq!(patched.status(), StatusCode::OK);
     drop(app);
 
@@ -567,13 +571,7 @@ async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: 
     let listed = app.admin_json(Method::GET, "/v1/route-classes", None).await;
     assert_eq!(listed["route_classes"].as_array().unwrap().len(), 1);
     // PATCH changes what it names; a null or a missing class is refused.
-    let patched = app
-        .admin(Method::PATCH, "/v1/route-classes/public-apis")
-        .header("content-type", "application/merge-patch+json")
-        .body(r#"{"capacity": 900}"#)
-        .send()
-        .await
-        .unwrap();
+    let patched = patch_route_class(&app, "public-apis", r#"{"capacity": 900}"#).await;
     assert_eq!(patched.status(), StatusCode::OK);
     let patched: Value = patched.json().await.unwrap();
     assert_eq!(
@@ -588,13 +586,7 @@ async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: 
         ),
         ("nope", r#"{"rate": 2}"#, StatusCode::NOT_FOUND),
     ] {
-        let response = app
-            .admin(Method::PATCH, &format!("/v1/route-classes/{path}"))
-            .header("content-type", "application/merge-patch+json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let response = patch_route_class(&app, path, body).await;
         assert_eq!(response.status(), status, "{path} {body}");
     }
     for bad in [
