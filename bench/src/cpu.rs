@@ -1,11 +1,15 @@
-//! CPU time an arm cost the service process and the database, read from
-//! /proc while the arm runs. Database: the PostgreSQL backends connected to
-//! the bench's database (their process title names it), autovacuum included;
-//! the server's shared background processes (WAL writer, checkpointer) are
-//! not counted. Only meaningful when PostgreSQL runs on this machine; without
-//! a backend in sight the figure is left out.
+//! CPU time an arm cost the service process, the database and the client,
+//! and how idle the machine stayed, read from /proc while the arm runs.
+//! Database: the PostgreSQL backends connected to the bench's database (their
+//! process title names it), autovacuum included; the server's shared
+//! background processes (WAL writer, checkpointer) are not counted. Only
+//! meaningful when PostgreSQL runs on this machine; without a backend in
+//! sight the figure is left out. Client: this process, and pgbench while it
+//! drives a baseline. Idle: the share of every core's time nobody used
+//! (/proc/stat), which says whether an arm was bound by the cores or by
+//! waiting.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,6 +26,9 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 pub struct CpuSpent {
     pub service_seconds: Option<f64>,
     pub database_seconds: Option<f64>,
+    pub client_seconds: Option<f64>,
+    /// Share of the machine's core time left idle (0 to 1).
+    pub idle_share: Option<f64>,
 }
 
 /// Runs one arm while counting the CPU time it costs.
@@ -51,10 +58,15 @@ impl Meter {
             let ticks_per_second = ticks_per_second();
             let mut first = HashMap::new();
             let mut last = HashMap::new();
+            let mut clients = HashSet::new();
             let mut initial = true;
+            let cores_before = core_ticks();
             loop {
                 let finishing = stopped.load(Ordering::Relaxed);
-                for (pid, ticks) in sample(service, &database) {
+                for (pid, ticks, role) in sample(service, &database) {
+                    if role == Role::Client {
+                        clients.insert(pid);
+                    }
                     // A process that appears later started during the arm.
                     first.entry(pid).or_insert(if initial { ticks } else { 0 });
                     last.insert(pid, ticks);
@@ -70,13 +82,21 @@ impl Meter {
                 ticks as f64 / ticks_per_second
             };
             let is_service = |pid: &&u32| Some(**pid) == service;
-            let database_pids: Vec<&u32> = last.keys().filter(|pid| !is_service(pid)).collect();
+            let (client_pids, database_pids): (Vec<&u32>, Vec<&u32>) = last
+                .keys()
+                .filter(|pid| !is_service(pid))
+                .partition(|pid| clients.contains(pid));
             CpuSpent {
                 service_seconds: service
                     .filter(|pid| last.contains_key(pid))
                     .map(|pid| spent(&mut std::iter::once(&pid))),
                 database_seconds: (!database_pids.is_empty())
                     .then(|| spent(&mut database_pids.into_iter())),
+                client_seconds: (!client_pids.is_empty())
+                    .then(|| spent(&mut client_pids.into_iter())),
+                idle_share: cores_before
+                    .zip(core_ticks())
+                    .and_then(|(a, b)| idle_share(a, b)),
             }
         });
         Self { stop, sampler }
@@ -88,24 +108,72 @@ impl Meter {
     }
 }
 
-/// utime + stime of `service` and of every backend of `database`, in ticks.
-fn sample(service: Option<u32>, database: &str) -> Vec<(u32, u64)> {
+/// What a sampled process is to the arm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Service,
+    Database,
+    Client,
+}
+
+/// utime + stime of `service`, of every backend of `database` and of the
+/// clients (this process, pgbench), in ticks.
+fn sample(service: Option<u32>, database: &str) -> Vec<(u32, u64, Role)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     let marker = format!(" {database} ");
+    let bench = std::process::id();
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            Some(*pid) == service
-                || std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|title| is_backend_of(&String::from_utf8_lossy(&title), &marker))
-        })
         .filter_map(|pid| {
+            let role = if Some(pid) == service {
+                Role::Service
+            } else if pid == bench || is_pgbench(pid) {
+                Role::Client
+            } else if std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|title| is_backend_of(&String::from_utf8_lossy(&title), &marker))
+            {
+                Role::Database
+            } else {
+                return None;
+            };
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            Some((pid, cpu_ticks(&stat)?))
+            Some((pid, cpu_ticks(&stat)?, role))
         })
         .collect()
+}
+
+fn is_pgbench(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "pgbench")
+}
+
+/// The machine's core time so far, in ticks: (idle, total), from the first
+/// line of /proc/stat (`cpu user nice system idle iowait irq softirq steal`).
+fn core_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_core_ticks(stat.lines().next()?)
+}
+
+fn parse_core_ticks(line: &str) -> Option<(u64, u64)> {
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    // Guest time is already inside user time: count the first eight only.
+    let ticks: Vec<u64> = fields
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    Some((idle, ticks.iter().sum()))
+}
+
+/// The share of the core time between two readings that stayed idle.
+fn idle_share(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+    let total = after.1.checked_sub(before.1).filter(|t| *t > 0)?;
+    let idle = after.0.checked_sub(before.0)?;
+    Some(idle as f64 / total as f64)
 }
 
 /// A PostgreSQL backend's title (its /proc cmdline, NUL-padded):
@@ -145,6 +213,16 @@ mod tests {
                     99 0 0";
         assert_eq!(cpu_ticks(stat), Some(49));
         assert_eq!(cpu_ticks("4242 (short) S 1"), None);
+    }
+
+    #[test]
+    fn idle_time_is_idle_plus_iowait_of_every_core() {
+        let before = parse_core_ticks("cpu  100 0 50 800 50 0 0 0 7 0").unwrap();
+        let after = parse_core_ticks("cpu  250 0 100 850 50 0 0 0 9 0").unwrap();
+        assert_eq!(before, (850, 1000));
+        assert_eq!(idle_share(before, after), Some(0.2));
+        assert_eq!(parse_core_ticks("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(idle_share(after, after), None, "no time passed");
     }
 
     #[test]

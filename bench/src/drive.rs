@@ -67,6 +67,14 @@ impl Arm {
         (total > 0).then_some(seconds? * 1e6 / total as f64)
     }
 
+    /// The rate the arm would reach with every core busy at the CPU per
+    /// answer it measured: its rate divided by the share of core time used.
+    /// An estimate, not a bound: a busier replica may decide in larger groups.
+    pub fn busy_cores_rate(&self) -> Option<f64> {
+        let busy = 1.0 - self.cpu.idle_share?;
+        (busy > 0.0).then(|| self.per_second / busy)
+    }
+
     /// The answers as shares of the total: "granted 100%", or
     /// "granted 41%, deferred in_flight 59%".
     pub fn answer_shares(&self) -> String {
@@ -199,6 +207,16 @@ mod tests {
     fn latencies_are_sorted_before_percentiles() {
         let arm = Arm::measured("x", 1.0, millis([30, 10, 20]), Vec::new(), true);
         assert_eq!((arm.p50_ms, arm.p99_ms), (Some(20.0), Some(30.0)));
+    }
+
+    #[test]
+    fn a_busy_cores_rate_scales_the_rate_by_the_busy_share() {
+        let mut arm = Arm::measured("x", 3000.0, Vec::new(), Vec::new(), true);
+        assert_eq!(arm.busy_cores_rate(), None, "idle time not measured");
+        arm.cpu.idle_share = Some(0.25);
+        assert_eq!(arm.busy_cores_rate(), Some(4000.0));
+        arm.cpu.idle_share = Some(1.0);
+        assert_eq!(arm.busy_cores_rate(), None, "nothing ran");
     }
 
     #[test]

@@ -273,6 +273,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     report::print_arms(&measured.arms());
     println!();
     report::print_targets(&measured.targets());
+    report::print_busy_cores_bound(&measured);
     println!();
     println!(
         "service resident memory: VmRSS {} kB after the run, VmHWM (peak) {} kB",

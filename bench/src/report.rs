@@ -213,23 +213,48 @@ const NAME_WIDTH: usize = 38;
 
 pub fn print_arms(arms: &[&Arm]) {
     println!(
-        "{:<NAME_WIDTH$} {:>11} {:>8} {:>8} {:>9} {:>9}  answers",
-        "arm", "per second", "p50 ms", "p99 ms", "svc us/op", "db us/op"
+        "{:<NAME_WIDTH$} {:>11} {:>8} {:>8} {:>9} {:>9} {:>9} {:>6}  answers",
+        "arm", "per second", "p50 ms", "p99 ms", "svc us/op", "db us/op", "cli us/op", "idle"
     );
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
     let us = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
     for arm in arms {
         println!(
-            "{:<NAME_WIDTH$} {:>11.0} {:>8} {:>8} {:>9} {:>9}  {}",
+            "{:<NAME_WIDTH$} {:>11.0} {:>8} {:>8} {:>9} {:>9} {:>9} {:>6}  {}",
             arm.name,
             arm.per_second,
             ms(arm.p50_ms),
             ms(arm.p99_ms),
             us(arm.cpu_per_answer_us(arm.cpu.service_seconds)),
             us(arm.cpu_per_answer_us(arm.cpu.database_seconds)),
+            us(arm.cpu_per_answer_us(arm.cpu.client_seconds)),
+            percent(arm.cpu.idle_share),
             arm.answer_shares()
         );
     }
+}
+
+fn percent(share: Option<f64>) -> String {
+    share.map_or_else(|| "-".to_string(), |s| format!("{:.0}%", s * 100.0))
+}
+
+/// What the budget arm would answer against the HTTP floor if both kept
+/// every core busy at the CPU per answer they measured (rate divided by the
+/// busy share): how far the floor target is out of reach of waiting alone.
+pub fn print_busy_cores_bound(measured: &Measured) {
+    let (budget, floor) = (&measured.enforce, &measured.healthz);
+    let (Some(budget_bound), Some(floor_bound)) =
+        (budget.busy_cores_rate(), floor.busy_cores_rate())
+    else {
+        return;
+    };
+    println!(
+        "every core busy at the CPU per answer measured (rate / busy share): {} {budget_bound:.0}/s, \
+         {} {floor_bound:.0}/s: {:.0} %",
+        budget.name,
+        floor.name,
+        100.0 * budget_bound / floor_bound
+    );
 }
 
 pub fn print_targets(targets: &[Target]) {
