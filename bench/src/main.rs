@@ -273,7 +273,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     report::print_arms(&measured.arms());
     println!();
     report::print_targets(&measured.targets());
-    report::print_busy_cores_bound(&measured);
+    for line in report::busy_cores_bounds(&measured, args.concurrency) {
+        println!("{line}");
+    }
     println!();
     println!(
         "service resident memory: VmRSS {} kB after the run, VmHWM (peak) {} kB",

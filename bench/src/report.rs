@@ -110,13 +110,9 @@ impl Measured {
             rate(&self.many_paced, self.bare_spread.as_ref()),
             2.0,
         ));
-        // A decision's latency: a batch's answer carries many decisions.
         let worst = self
-            .arms()
-            .into_iter()
-            .filter(|arm| arm.through_service && !std::ptr::eq(*arm, &self.batch))
-            .filter_map(|arm| Some((arm.p99_ms?, &arm.name)))
-            .max_by(|a, b| a.0.total_cmp(&b.0));
+            .slowest_decisions()
+            .and_then(|arm| Some((arm.p99_ms?, &arm.name)));
         targets.push(Target {
             what: match worst {
                 Some((_, name)) => format!("p99 of every service arm (worst: {name})"),
@@ -133,6 +129,17 @@ impl Measured {
             unit: Unit::Megabytes,
         });
         targets
+    }
+
+    /// The service arm with the worst p99 of a decision (a batch's answer
+    /// carries many decisions; a baseline is not the service).
+    fn slowest_decisions(&self) -> Option<&Arm> {
+        self.arms()
+            .into_iter()
+            .filter(|arm| arm.through_service && !std::ptr::eq(*arm, &self.batch))
+            .filter_map(|arm| Some((arm.p99_ms?, arm)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, arm)| arm)
     }
 }
 
@@ -238,23 +245,33 @@ fn percent(share: Option<f64>) -> String {
     share.map_or_else(|| "-".to_string(), |s| format!("{:.0}%", s * 100.0))
 }
 
-/// What the budget arm would answer against the HTTP floor if both kept
-/// every core busy at the CPU per answer they measured (rate divided by the
-/// busy share): how far the floor target is out of reach of waiting alone.
-pub fn print_busy_cores_bound(measured: &Measured) {
+/// What waiting alone cannot explain: the budget arm against the HTTP floor
+/// if both kept every core busy at the CPU per answer they measured (rate
+/// divided by the busy share), and the mean latency of the slowest arm's
+/// `callers` at that rate (each asks again at once: callers / rate).
+pub fn busy_cores_bounds(measured: &Measured, callers: usize) -> Vec<String> {
+    let mut lines = Vec::new();
     let (budget, floor) = (&measured.enforce, &measured.healthz);
-    let (Some(budget_bound), Some(floor_bound)) =
+    if let (Some(budget_rate), Some(floor_rate)) =
         (budget.busy_cores_rate(), floor.busy_cores_rate())
-    else {
-        return;
-    };
-    println!(
-        "every core busy at the CPU per answer measured (rate / busy share): {} {budget_bound:.0}/s, \
-         {} {floor_bound:.0}/s: {:.0} %",
-        budget.name,
-        floor.name,
-        100.0 * budget_bound / floor_bound
-    );
+    {
+        lines.push(format!(
+            "every core busy at the CPU per answer measured (rate / busy share): {} {budget_rate:.0}/s, \
+             {} {floor_rate:.0}/s: {:.0} %",
+            budget.name,
+            floor.name,
+            100.0 * budget_rate / floor_rate
+        ));
+    }
+    let slowest = measured.slowest_decisions();
+    if let Some((arm, rate)) = slowest.and_then(|arm| Some((arm, arm.busy_cores_rate()?))) {
+        lines.push(format!(
+            "{}, every core busy: {rate:.0}/s; {callers} callers would still wait {:.1} ms on average",
+            arm.name,
+            callers as f64 / rate * 1000.0
+        ));
+    }
+    lines
 }
 
 pub fn print_targets(targets: &[Target]) {
@@ -370,6 +387,26 @@ mod tests {
             .map(|(what, v, verdict)| (what.to_string(), v, verdict))
             .collect();
         assert_eq!(shown, expected);
+    }
+
+    #[test]
+    fn busy_cores_bounds_scale_each_rate_by_its_busy_share() {
+        let mut run = measured();
+        assert!(
+            busy_cores_bounds(&run, 64).is_empty(),
+            "idle time not measured"
+        );
+        run.enforce.cpu.idle_share = Some(0.25); // 30,000/s -> 40,000/s
+        run.healthz.cpu.idle_share = Some(0.2); // 40,000/s -> 50,000/s
+        run.claims.as_mut().unwrap().cpu.idle_share = Some(0.2); // 300/s -> 375/s
+        assert_eq!(
+            busy_cores_bounds(&run, 64),
+            [
+                "every core busy at the CPU per answer measured (rate / busy share): \
+                 enforce 40000/s, healthz 50000/s: 80 %",
+                "claims, every core busy: 375/s; 64 callers would still wait 170.7 ms on average",
+            ]
+        );
     }
 
     #[test]
