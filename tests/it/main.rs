@@ -29,6 +29,7 @@ mod shell_worker;
 mod shutdown;
 mod stream;
 mod surfaces;
+mod tally;
 mod views;
 mod windows;
 mod work;
