@@ -69,20 +69,36 @@ async fn with_quota(pool: &PgPool) -> DateTime<Utc> {
     Utc::now().duration_trunc(TimeDelta::hours(1)).unwrap()
 }
 
-#[sqlx::test]
-async fn a_flush_writes_each_tally_and_the_slots_spent(pool: PgPool) {
-    let window = with_quota(&pool).await;
+/// A ledger holding [`record_everything`], of a quota the store knows.
+async fn everything_recorded(pool: &PgPool) -> (Ledger, DateTime<Utc>) {
+    let window = with_quota(pool).await;
     let ledger = Ledger::default();
     record_everything(&ledger, window);
+    (ledger, window)
+}
+
+/// The last flush at shutdown, which must be done in well under its grace.
+async fn last_flush(ledger: &Ledger, pool: &PgPool) {
+    let grace = Duration::from_secs(10);
+    let started = Instant::now();
+    ledger.flush_before_exit(pool, grace).await;
+    let took = started.elapsed();
+    assert!(
+        took < grace / 2,
+        "the last flush took {took:?} of its {grace:?}"
+    );
+}
+
+#[sqlx::test]
+async fn a_flush_writes_each_tally_and_the_slots_spent(pool: PgPool) {
+    let (ledger, window) = everything_recorded(&pool).await;
     ledger.flush(&pool).await.unwrap();
     assert_eq!(written(&pool, window).await, ((4, 2, 2, 1, 2, 1), 5));
 }
 
 #[sqlx::test]
 async fn a_failed_flush_keeps_every_number_for_the_next_one(pool: PgPool) {
-    let window = with_quota(&pool).await;
-    let ledger = Ledger::default();
-    record_everything(&ledger, window);
+    let (ledger, window) = everything_recorded(&pool).await;
     // A pool of its own, closed: the flush fails before it writes anything.
     let options = pool.connect_options().as_ref().clone();
     let closed = PgPoolOptions::new().connect_lazy_with(options);
@@ -100,17 +116,8 @@ async fn a_failed_flush_keeps_every_number_for_the_next_one(pool: PgPool) {
 
 #[sqlx::test]
 async fn the_last_flush_returns_as_soon_as_nothing_is_left(pool: PgPool) {
-    let window = with_quota(&pool).await;
-    let ledger = Ledger::default();
-    record_everything(&ledger, window);
-    let grace = Duration::from_secs(10);
-    let started = Instant::now();
-    ledger.flush_before_exit(&pool, grace).await;
-    let took = started.elapsed();
-    assert!(
-        took < grace / 2,
-        "the last flush took {took:?} of its {grace:?}"
-    );
+    let (ledger, window) = everything_recorded(&pool).await;
+    last_flush(&ledger, &pool).await;
     assert_eq!(written(&pool, window).await, ((4, 2, 2, 1, 2, 1), 5));
 }
 
@@ -143,14 +150,7 @@ async fn the_last_flush_tries_again_until_the_store_takes_it(pool: PgPool) {
             .await
             .unwrap();
     });
-    let grace = Duration::from_secs(10);
-    let started = Instant::now();
-    ledger.flush_before_exit(&pool, grace).await;
-    let took = started.elapsed();
-    assert!(
-        took < grace / 2,
-        "the last flush took {took:?} of its {grace:?}"
-    );
+    last_flush(&ledger, &pool).await;
     let count: i64 = sqlx::query_scalar(
         "SELECT count FROM quota_window WHERE quota = 'later' AND window_start = $1",
     )
