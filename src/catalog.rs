@@ -278,3 +278,29 @@ impl Catalog {
         Ok(snapshot)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota(priority2_share: Option<i16>, priority3_share: Option<i16>) -> QuotaRule {
+        QuotaRule {
+            name: "ppf".into(),
+            hourly_ceiling: 1000,
+            cadence: None,
+            max_in_flight: None,
+            priority2_share,
+            priority3_share,
+        }
+    }
+
+    #[test]
+    fn each_priority_stops_at_its_own_share_of_the_ceiling() {
+        let shared = quota(Some(90), Some(80));
+        let ceilings: Vec<i64> = (0..=4).map(|p| shared.ceiling_for(p)).collect();
+        assert_eq!(ceilings, [1000, 1000, 900, 800, 800]);
+        // Priority 3 without a share of its own stops where priority 2 does.
+        assert_eq!(quota(Some(90), None).ceiling_for(3), 900);
+        assert_eq!(quota(None, None).ceiling_for(3), 1000);
+    }
+}

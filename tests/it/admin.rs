@@ -234,3 +234,23 @@ async fn windows_report_count_ceiling_and_tallies(pool: PgPool) {
     .await;
     assert_eq!(got, want);
 }
+
+/// A cadence inside its bounds is taken as given, the largest of each too.
+#[sqlx::test]
+async fn a_quota_takes_a_cadence_within_its_bounds(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    for (rate, burst) in [(2.0, 20.0), (1e6, 1e9), (0.001, 1.0)] {
+        let quota: Value = app
+            .admin_json(
+                Method::PUT,
+                "/v1/quotas/ppf",
+                Some(json!({"hourly_ceiling": 1000, "rate": rate, "burst": burst})),
+            )
+            .await;
+        assert_eq!(
+            (quota["rate"].as_f64(), quota["burst"].as_f64()),
+            (Some(rate), Some(burst)),
+            "{quota}"
+        );
+    }
+}
