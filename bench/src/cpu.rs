@@ -9,7 +9,7 @@
 //! (/proc/stat), which says whether an arm was bound by the cores or by
 //! waiting.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -58,18 +58,14 @@ impl Meter {
             let ticks_per_second = ticks_per_second();
             let mut first = HashMap::new();
             let mut last = HashMap::new();
-            let mut clients = HashSet::new();
             let mut initial = true;
             let cores_before = core_ticks();
             loop {
                 let finishing = stopped.load(Ordering::Relaxed);
                 for (pid, ticks, role) in sample(service, &database) {
-                    if role == Role::Client {
-                        clients.insert(pid);
-                    }
                     // A process that appears later started during the arm.
                     first.entry(pid).or_insert(if initial { ticks } else { 0 });
-                    last.insert(pid, ticks);
+                    last.insert(pid, (ticks, role));
                 }
                 initial = false;
                 if finishing {
@@ -77,23 +73,16 @@ impl Meter {
                 }
                 std::thread::sleep(SAMPLE_EVERY);
             }
-            let spent = |pids: &mut dyn Iterator<Item = &u32>| {
-                let ticks: u64 = pids.map(|pid| last[pid] - first[pid]).sum();
-                ticks as f64 / ticks_per_second
+            // Seconds spent by the processes of `role`; `None` if none was seen.
+            let spent = |role: Role| {
+                let of_role = last.iter().filter(|(_, (_, r))| *r == role);
+                let ticks: Vec<u64> = of_role.map(|(pid, (t, _))| t - first[pid]).collect();
+                (!ticks.is_empty()).then(|| ticks.iter().sum::<u64>() as f64 / ticks_per_second)
             };
-            let is_service = |pid: &&u32| Some(**pid) == service;
-            let (client_pids, database_pids): (Vec<&u32>, Vec<&u32>) = last
-                .keys()
-                .filter(|pid| !is_service(pid))
-                .partition(|pid| clients.contains(pid));
             CpuSpent {
-                service_seconds: service
-                    .filter(|pid| last.contains_key(pid))
-                    .map(|pid| spent(&mut std::iter::once(&pid))),
-                database_seconds: (!database_pids.is_empty())
-                    .then(|| spent(&mut database_pids.into_iter())),
-                client_seconds: (!client_pids.is_empty())
-                    .then(|| spent(&mut client_pids.into_iter())),
+                service_seconds: spent(Role::Service),
+                database_seconds: spent(Role::Database),
+                client_seconds: spent(Role::Client),
                 idle_share: cores_before
                     .zip(core_ticks())
                     .and_then(|(a, b)| idle_share(a, b)),
