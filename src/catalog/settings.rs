@@ -509,6 +509,20 @@ mod tests {
         );
     }
 
+    /// Either share out of range is refused alone, whatever the other is.
+    #[test]
+    fn each_headroom_share_is_checked_on_its_own() {
+        let shares = |priority2_share, priority3_share| QuotaLimits {
+            priority2_share,
+            priority3_share,
+            ..QuotaLimits::default()
+        };
+        for (p2, p3) in [(Some(101), None), (None, Some(101)), (Some(-1), Some(50))] {
+            assert!(shares(p2, p3).settings(1000).is_err(), "{p2:?} {p3:?}");
+        }
+        assert!(shares(Some(0), Some(100)).settings(1000).is_ok());
+    }
+
     #[test]
     fn a_put_replaces_every_limit() {
         let put: QuotaLimits = serde_json::from_str(r#"{"hourly_ceiling": 4000}"#).unwrap();

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::process::Stdio;
 
+use quota_arbiter::admission::RouteClassSettings;
 use quota_arbiter::catalog::{FlowRule, Mode};
 use quota_arbiter::decision::{Decision, Outcome};
 use quota_arbiter::metrics::{Metrics, STORE_OPERATIONS};
@@ -13,7 +14,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio::io::AsyncWriteExt;
 
-use crate::helpers::{create_flow, find_on_path, TestApp};
+use crate::helpers::{create_flow, find_on_path, test_config, TestApp};
 
 /// What is wrong with an exposition in the Prometheus text format: every
 /// sample belongs to the family its `# TYPE` line names (histograms: `_bucket`,
@@ -228,14 +229,37 @@ fn the_checker_finds_what_it_is_meant_to_find() {
 #[sqlx::test]
 async fn a_freshly_started_replica_exposes_a_valid_exposition(pool: PgPool) {
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
-    let app = TestApp::spawn(pool).await;
+    // A route class of the catalog: its admissions are series from the
+    // first scrape, before anyone was admitted.
+    let mut config = test_config();
+    let partners = RouteClassSettings {
+        burst: 20.0,
+        rate: 5.0,
+        capacity: 600,
+        window_seconds: 60,
+        tenant_share: 0.5,
+    };
+    config.route_classes = [("partners".to_string(), partners)].into();
+    let app = TestApp::spawn_with(pool, config).await;
     let text = valid_scrape(&app, "a_freshly_started_replica_exposes_a_valid_exposition").await;
-    for series in [
+    let admissions = [
+        "admitted",
+        "caller_rate_limited",
+        "capacity_exhausted",
+        "store_unavailable",
+    ]
+    .map(|outcome| format!(r#"quota_admit_total{{route_class="partners",outcome="{outcome}"}}"#));
+    let series = [
         r#"quota_arbiter_decisions_total{quota="ppf",flow="invoice",outcome="granted",mode="enforce"}"#,
         r#"quota_arbiter_decisions_total{quota="",flow="_unknown",outcome="unthrottled",mode=""}"#,
         r#"quota_arbiter_store_errors_total{operation="reserve"}"#,
         "quota_arbiter_claim_wait_seconds_count",
-    ] {
+    ];
+    for series in series
+        .iter()
+        .copied()
+        .chain(admissions.iter().map(String::as_str))
+    {
         assert_eq!(sample(&text, series), Some("0"), "{series}\n{text}");
     }
 }

@@ -101,6 +101,23 @@ async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: 
     );
 }
 
+/// The other side of the unreachable store below: with the store there and
+/// the catalog read, the replica says it is ready, and why.
+#[sqlx::test]
+async fn a_replica_whose_store_answers_is_ready(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let response = app
+        .client
+        .get(format!("{}/readyz", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let readiness: Value = response.json().await.unwrap();
+    let expected = json!({"ready": true, "store": true, "catalog": true});
+    assert_eq!(readiness, expected);
+}
+
 #[sqlx::test]
 async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgPool) {
     let _ = pool;
