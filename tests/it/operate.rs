@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{
-    cli, create_flow, database_url, eventually, metrics_text, post_reserve, postgres_host_port,
-    stdout, Replica, TestApp,
+    cli, cli_with_env, create_flow, database_url, eventually, metrics_text, post_reserve,
+    postgres_host_port, stdout, Replica, TestApp,
 };
 
 #[sqlx::test]
@@ -141,6 +141,28 @@ async fn api_and_cli_flips_are_audited_with_who_made_them(pool: PgPool) {
     let unknown = cli(&pool, &["flow", "nope", "enforce"]).await;
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("--quota"));
+}
+
+/// A shell without `USER` (or with it empty) and without `LOGNAME`, as under
+/// cron or a container's entrypoint: the audit trail names the account the
+/// command ran as, not `unknown`.
+#[sqlx::test]
+async fn a_cli_change_without_a_user_variable_names_the_account(pool: PgPool) {
+    let args = ["quota", "ppf", "--hourly-ceiling", "300"];
+    stdout(&cli_with_env(&pool, &args, &[("USER", "")]).await);
+    let id = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let account = String::from_utf8(id.stdout).unwrap().trim().to_string();
+    assert!(!account.is_empty());
+    let actor: String = sqlx::query_scalar(
+        "SELECT actor FROM catalog_audit WHERE field = 'hourly_ceiling' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(actor, format!("cli:{account}"));
 }
 
 #[sqlx::test]
