@@ -10,17 +10,11 @@ use crate::helpers::{create_flow, test_config, TestApp};
 #[sqlx::test]
 async fn admin_calls_need_the_bearer_token(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
-    let anonymous = app
-        .client
-        .get(format!("{}/v1/quotas", app.base))
-        .send()
-        .await
-        .unwrap();
+    let anonymous = app.get("/v1/quotas").send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
     assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
     let wrong = app
-        .client
-        .get(format!("{}/v1/flows", app.base))
+        .get("/v1/flows")
         .bearer_auth("test-admin-tokeN")
         .send()
         .await

@@ -41,10 +41,7 @@ async fn patch_route_class(app: &TestApp, name: &str, patch: &'static str) -> re
 
 /// `GET /v1/admit` for a principal of a tenant (`None`: anonymous).
 async fn admit(app: &TestApp, who: Option<(&str, &str)>, class: &str) -> reqwest::Response {
-    let mut request = app
-        .client
-        .get(format!("{}/v1/admit", app.base))
-        .header("X-Quota-Route-Class", class);
+    let mut request = app.get("/v1/admit").header("X-Quota-Route-Class", class);
     if let Some((principal, tenant)) = who {
         request = request
             .header("X-Quota-Principal", principal)
@@ -55,8 +52,7 @@ async fn admit(app: &TestApp, who: Option<(&str, &str)>, class: &str) -> reqwest
 
 /// An anonymous caller behind a proxy that forwards `address`.
 async fn admit_from(app: &TestApp, address: &str, class: &str) -> reqwest::Response {
-    app.client
-        .get(format!("{}/v1/admit", app.base))
+    app.get("/v1/admit")
         .header("X-Quota-Route-Class", class)
         .header("X-Forwarded-For", format!("192.0.2.250, {address}"))
         .send()
@@ -294,8 +290,7 @@ async fn ratelimit_fields_describe_the_callers_own_bucket_and_agree_with_retry_a
 
     // POST answers carry the same fields.
     let posted = app
-        .client
-        .post(format!("{}/v1/admit", app.base))
+        .post("/v1/admit")
         .json(&json!({"principal": "dave", "tenant": "acme", "route_class": "public-apis"}))
         .send()
         .await
@@ -432,8 +427,7 @@ async fn anonymous_callers_share_a_bucket_per_network_range(pool: PgPool) {
     );
     // The leftmost entries are the caller's own writing: only the last counts.
     let spoofed = app
-        .client
-        .get(format!("{}/v1/admit", app.base))
+        .get("/v1/admit")
         .header("X-Quota-Route-Class", "public-apis")
         .header("X-Forwarded-For", "198.51.100.1, 203.0.113.8")
         .send()
@@ -613,8 +607,7 @@ async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: 
         422
     );
     let half = app
-        .client
-        .get(format!("{}/v1/admit", app.base))
+        .get("/v1/admit")
         .header("X-Quota-Route-Class", "public-apis")
         .header("X-Quota-Principal", "alice")
         .send()
@@ -622,8 +615,7 @@ async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: 
         .unwrap();
     assert_eq!(half.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let twice = app
-        .client
-        .get(format!("{}/v1/admit", app.base))
+        .get("/v1/admit")
         .header("X-Quota-Route-Class", "public-apis")
         .header("X-Quota-Principal", "alice")
         .header("X-Quota-Principal", "admin")
@@ -632,12 +624,7 @@ async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: 
         .await
         .unwrap();
     assert_eq!(twice.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let no_class = app
-        .client
-        .get(format!("{}/v1/admit", app.base))
-        .send()
-        .await
-        .unwrap();
+    let no_class = app.get("/v1/admit").send().await.unwrap();
     assert_eq!(no_class.status(), StatusCode::UNPROCESSABLE_ENTITY);
 
     let deleted = app
@@ -692,8 +679,7 @@ async fn in_keys_mode_a_gateway_admits_with_a_worker_key_and_admins_manage_class
         (Some(&admin), StatusCode::OK),
     ] {
         let mut request = app
-            .client
-            .put(format!("{}/v1/route-classes/public-apis", app.base))
+            .request(Method::PUT, "/v1/route-classes/public-apis")
             .json(&profile);
         if let Some(key) = caller {
             request = request.bearer_auth(key);
@@ -711,8 +697,7 @@ async fn in_keys_mode_a_gateway_admits_with_a_worker_key_and_admins_manage_class
         (Some(&admin), StatusCode::NO_CONTENT),
     ] {
         let mut request = app
-            .client
-            .get(format!("{}/v1/admit", app.base))
+            .get("/v1/admit")
             .header("X-Quota-Route-Class", "public-apis")
             .header("X-Quota-Principal", "alice")
             .header("X-Quota-Tenant", "acme");

@@ -14,8 +14,7 @@ use crate::helpers::{
 
 async fn batch(app: &TestApp, items: Value) -> Vec<Value> {
     let response = app
-        .client
-        .post(format!("{}/v1/reserve/batch", app.base))
+        .post("/v1/reserve/batch")
         .json(&json!({ "items": items }))
         .send()
         .await
@@ -255,12 +254,7 @@ async fn observe_count_and_unknown_flows_behave_as_in_reserve(pool: PgPool) {
 #[sqlx::test]
 async fn a_bad_batch_is_refused_whole(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
-    let post = |body: Value| {
-        app.client
-            .post(format!("{}/v1/reserve/batch", app.base))
-            .json(&body)
-            .send()
-    };
+    let post = |body: Value| app.post("/v1/reserve/batch").json(&body).send();
     let too_many: Vec<Value> = (0..501).map(|_| json!({"flow": "invoice"})).collect();
     for body in [
         json!({"items": []}),
@@ -400,8 +394,7 @@ fn largest_batch_body(items: usize, flow: &str) -> String {
 }
 
 async fn post_raw(app: &TestApp, path: &str, body: String) -> reqwest::Response {
-    app.client
-        .post(format!("{}{path}", app.base))
+    app.post(path)
         .header("content-type", "application/json")
         .body(body)
         .send()

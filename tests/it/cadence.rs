@@ -436,8 +436,7 @@ async fn batches_and_claims_respect_the_cadence(pool: PgPool) {
         .unwrap();
     for i in 0..4 {
         let response = app
-            .client
-            .post(format!("{}/v1/work", app.base))
+            .post("/v1/work")
             .json(&json!({"flow": "invoice", "payload": {"n": i}}))
             .send()
             .await
@@ -574,13 +573,7 @@ async fn reports_read_the_upstream_status_by_flow_or_by_quota(pool: PgPool) {
         json!({"flow": "invoice", "status": 200, "duration_ms": 3_600_001}),
         json!({"flow": "invoice", "upstream": "429"}),
     ] {
-        let response = app
-            .client
-            .post(format!("{}/v1/report", app.base))
-            .json(&bad)
-            .send()
-            .await
-            .unwrap();
+        let response = app.post("/v1/report").json(&bad).send().await.unwrap();
         assert_eq!(response.status(), 422, "{bad}");
     }
 }

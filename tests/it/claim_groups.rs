@@ -21,8 +21,7 @@ use crate::metrics::sample;
 use crate::work::count_of;
 
 async fn post_claim(app: &TestApp, body: Value) -> reqwest::Response {
-    let url = format!("{}/v1/work/claim", app.base);
-    app.client.post(url).json(&body).send().await.unwrap()
+    app.post("/v1/work/claim").json(&body).send().await.unwrap()
 }
 
 async fn insert_items(pool: &PgPool, flow: &str, n: i32) {

@@ -304,7 +304,7 @@ async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
     );
     assert_eq!(current_count(&pool, "api").await, 10);
     let status = |body: serde_json::Value| {
-        let request = app.client.post(format!("{}/v1/report", app.base));
+        let request = app.post("/v1/report");
         async move { request.json(&body).send().await.unwrap().status() }
     };
     for refused in [

@@ -73,8 +73,7 @@ impl TestApp {
     /// `POST path` with a JSON body, expecting 200 and a JSON answer.
     pub async fn post_json(&self, path: &str, body: Value) -> Value {
         let response = self
-            .client
-            .post(format!("{}{path}", self.base))
+            .post(path)
             .json(&body)
             .send()
             .await
@@ -99,10 +98,21 @@ impl TestApp {
         response.json().await.expect("a JSON answer")
     }
 
+    /// A call to `path` (from `/`) without a token: the worker and public routes.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client.request(method, format!("{}{path}", self.base))
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.request(reqwest::Method::GET, path)
+    }
+
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.request(reqwest::Method::POST, path)
+    }
+
     pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.client
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(ADMIN_TOKEN)
+        self.request(method, path).bearer_auth(ADMIN_TOKEN)
     }
 }
 

@@ -36,13 +36,7 @@ async fn refused(app: &TestApp, method: Method, path: &str, body: &str, field: &
 }
 
 async fn enqueue(app: &TestApp, body: Value) -> i64 {
-    let response = app
-        .client
-        .post(format!("{}/v1/work", app.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = app.post("/v1/work").json(&body).send().await.unwrap();
     assert_eq!(response.status(), 201, "{body}");
     let item: Value = response.json().await.unwrap();
     item["id"].as_i64().unwrap()
@@ -197,8 +191,7 @@ async fn over_long_values_are_refused_and_lengths_are_characters(pool: PgPool) {
     // The largest payload number reads back as it was written.
     let id = enqueue(&app, json!({"flow": "invoice", "payload": [1e300, -1e300]})).await;
     let read: Value = app
-        .client
-        .get(format!("{}/v1/work/{id}", app.base))
+        .get(&format!("/v1/work/{id}"))
         .send()
         .await
         .unwrap()

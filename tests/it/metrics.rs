@@ -99,12 +99,7 @@ async fn promtool_check(test: &str, text: &str) -> Option<Result<(), String>> {
 /// GET /metrics: the body, after checking the content type says its format
 /// and the body is valid in that format (for promtool too, when installed).
 async fn valid_scrape(app: &TestApp, test: &str) -> String {
-    let response = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .expect("request sent");
+    let response = app.get("/metrics").send().await.expect("request sent");
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.headers()["content-type"],
@@ -312,8 +307,7 @@ async fn a_replica_that_served_every_kind_of_traffic_exposes_a_valid_exposition(
     )
     .await;
     let enqueued = app
-        .client
-        .post(format!("{}/v1/work", app.base))
+        .post("/v1/work")
         .json(&json!({"flow": "status-report", "payload": {"n": 1}}))
         .send()
         .await

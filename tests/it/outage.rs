@@ -106,12 +106,7 @@ async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: 
 #[sqlx::test]
 async fn a_replica_whose_store_answers_is_ready(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
-    let response = app
-        .client
-        .get(format!("{}/readyz", app.base))
-        .send()
-        .await
-        .unwrap();
+    let response = app.get("/readyz").send().await.unwrap();
     assert_eq!(response.status(), 200);
     let readiness: Value = response.json().await.unwrap();
     let expected = json!({"ready": true, "store": true, "catalog": true});
@@ -328,12 +323,7 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
 async fn every_endpoint_that_needs_the_store_answers_503_in_an_outage(pool: PgPool) {
     seed(&pool).await;
     let (proxy, app) = behind_a_proxy(&pool).await;
-    let dashboard = app
-        .client
-        .get(format!("{}/", app.base))
-        .send()
-        .await
-        .unwrap();
+    let dashboard = app.get("/").send().await.unwrap();
     assert_eq!(dashboard.status(), 200);
 
     proxy.cut();
@@ -395,12 +385,7 @@ async fn every_endpoint_that_needs_the_store_answers_503_in_an_outage(pool: PgPo
         );
     }
     let started = Instant::now();
-    let page = app
-        .client
-        .get(format!("{}/", app.base))
-        .send()
-        .await
-        .unwrap();
+    let page = app.get("/").send().await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(page.status(), 503);
     assert!(page.headers().contains_key("retry-after"));
@@ -442,17 +427,12 @@ async fn slots_a_claim_took_after_its_caller_gave_up_are_given_back(pool: PgPool
     app.reserve(json!({"flow": "invoice", "count": 4})).await;
     for i in 0..3 {
         let item = json!({"flow": "invoice", "payload": {}, "ref": format!("w-{i}")});
-        let response = app
-            .client
-            .post(format!("{}/v1/work", app.base))
-            .json(&item)
-            .send();
+        let response = app.post("/v1/work").json(&item).send();
         assert_eq!(response.await.unwrap().status(), 201);
     }
     let tx = lock_window(&pool, "ppf").await;
     let response = app
-        .client
-        .post(format!("{}/v1/work/claim", app.base))
+        .post("/v1/work/claim")
         .json(&json!({"worker": "w-1", "max": 3}))
         .send()
         .await
@@ -497,8 +477,7 @@ async fn a_statement_the_store_rejects_is_a_500_never_store_unavailable(pool: Pg
     seed(&pool).await;
     let app = TestApp::spawn(pool.clone()).await;
     let enqueued = app
-        .client
-        .post(format!("{}/v1/work", app.base))
+        .post("/v1/work")
         .json(&json!({"flow": "invoice", "payload": {}}))
         .send();
     assert_eq!(enqueued.await.unwrap().status(), 201);
@@ -510,13 +489,7 @@ async fn a_statement_the_store_rejects_is_a_500_never_store_unavailable(pool: Pg
         ("/v1/work/claim", json!({"worker": "w-1"})),
     ];
     for (path, body) in calls {
-        let response = app
-            .client
-            .post(format!("{}{path}", app.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response = app.post(path).json(&body).send().await.unwrap();
         assert_eq!(response.status(), 500, "{path}");
         assert!(!response.headers().contains_key("retry-after"), "{path}");
         let request_id = response.headers()["x-request-id"]

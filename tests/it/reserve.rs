@@ -33,8 +33,7 @@ async fn enforced_flow_grants_up_to_the_ceiling_then_defers_until_the_next_windo
     }
     // A client clock in the Date header changes nothing: database time only.
     let response = app
-        .client
-        .post(format!("{}/v1/reserve", app.base))
+        .post("/v1/reserve")
         .header("date", "Sat, 01 Jan 2000 00:00:00 GMT")
         .json(&json!({"flow": "invoice", "ref": "inv-42"}))
         .send()
@@ -323,8 +322,7 @@ async fn bad_input_gets_a_4xx_problem_never_a_500(pool: PgPool) {
     ];
     for (name, body) in cases {
         let response = app
-            .client
-            .post(format!("{}/v1/reserve", app.base))
+            .post("/v1/reserve")
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -335,8 +333,7 @@ async fn bad_input_gets_a_4xx_problem_never_a_500(pool: PgPool) {
         assert_problem(response, name).await;
     }
     let malformed = app
-        .client
-        .post(format!("{}/v1/reserve", app.base))
+        .post("/v1/reserve")
         .header("content-type", "application/json")
         .body("{\"flow\": ")
         .send()
@@ -352,20 +349,14 @@ async fn bad_input_gets_a_4xx_problem_never_a_500(pool: PgPool) {
         "{problem}"
     );
     let no_content_type = app
-        .client
-        .post(format!("{}/v1/reserve", app.base))
+        .post("/v1/reserve")
         .body(json!({"flow": "invoice"}).to_string())
         .send()
         .await
         .unwrap();
     assert_eq!(no_content_type.status(), 415);
     assert_problem(no_content_type, "no content type").await;
-    let unknown_route = app
-        .client
-        .get(format!("{}/v1/nope", app.base))
-        .send()
-        .await
-        .unwrap();
+    let unknown_route = app.get("/v1/nope").send().await.unwrap();
     assert_eq!(unknown_route.status(), 404);
     assert_problem(unknown_route, "unknown route").await;
     assert_eq!(
@@ -497,8 +488,7 @@ async fn concurrent_requests_for_many_quotas_share_statements_and_get_exactly_ea
 async fn observe_batch(app: &TestApp, count: i64) -> Value {
     let items = json!({"items": [{"flow": "status-report", "count": count}]});
     let response = app
-        .client
-        .post(format!("{}/v1/reserve/batch", app.base))
+        .post("/v1/reserve/batch")
         .json(&items)
         .send()
         .await

@@ -17,8 +17,7 @@ struct ShareStream {
 impl ShareStream {
     async fn connect(app: &TestApp, query: &str) -> Self {
         let response = app
-            .client
-            .get(format!("{}/v1/stream?{query}", app.base))
+            .get(&format!("/v1/stream?{query}"))
             .send()
             .await
             .expect("request sent");
@@ -110,11 +109,6 @@ async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPo
 #[sqlx::test]
 async fn a_stream_without_flows_is_refused(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
-    let response = app
-        .client
-        .get(format!("{}/v1/stream", app.base))
-        .send()
-        .await
-        .unwrap();
+    let response = app.get("/v1/stream").send().await.unwrap();
     assert_eq!(response.status(), 422);
 }

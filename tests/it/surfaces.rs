@@ -285,13 +285,7 @@ async fn typos_are_refused_not_absorbed(pool: PgPool) {
         json!({"flow": "nosuchflow", "status": 429}),
         json!({"quota": "nosuch", "status": 429}),
     ] {
-        let response = app
-            .client
-            .post(format!("{}/v1/report", app.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response = app.post("/v1/report").json(&body).send().await.unwrap();
         assert_eq!(response.status(), 404, "{body}");
     }
     for path in [
@@ -310,8 +304,7 @@ async fn typos_are_refused_not_absorbed(pool: PgPool) {
     let granted = app.reserve(json!({"flow": "invoice"})).await;
     let lease = granted.lease_id.expect("a lease on a max_in_flight quota");
     let response = app
-        .client
-        .post(format!("{}/v1/report", app.base))
+        .post("/v1/report")
         .json(&json!({"flow": "ack", "lease_id": lease}))
         .send()
         .await

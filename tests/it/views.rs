@@ -69,15 +69,7 @@ async fn a_partly_enforced_flow_shows_its_percent_and_other_modes_none(pool: PgP
         .unwrap();
 
     let app = TestApp::spawn(pool.clone()).await;
-    let page = app
-        .client
-        .get(format!("{}/", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = app.get("/").send().await.unwrap().text().await.unwrap();
     for (flow, shown) in [
         (
             "invoice",

@@ -16,12 +16,7 @@ use crate::helpers::{
 };
 
 async fn post(app: &TestApp, path: &str, body: Value) -> reqwest::Response {
-    app.client
-        .post(format!("{}{path}", app.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    app.post(path).json(&body).send().await.unwrap()
 }
 
 async fn claim(app: &TestApp, body: Value) -> Claim {
@@ -834,12 +829,7 @@ pub(crate) async fn count_of(pool: &PgPool, query: &str) -> i64 {
 }
 
 async fn get_item(app: &TestApp, id: i64) -> WorkItem {
-    let response = app
-        .client
-        .get(format!("{}/v1/work/{id}", app.base))
-        .send()
-        .await
-        .unwrap();
+    let response = app.get(&format!("/v1/work/{id}")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
 }
