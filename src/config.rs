@@ -482,5 +482,25 @@ mod tests {
             1,
             "not a link's shape"
         );
+        // A link's variable ends in its protocol, or in one of _PROTO, _PORT
+        // and _ADDR after it: anything else is somebody's typo.
+        let not_links = ["QUOTA_PORT_8080_TCP_HOST", "QUOTA_PORT_8080_TCP_PORT_ADDR"];
+        assert_eq!(ignored(&not_links).len(), 2, "{:?}", ignored(&not_links));
+    }
+
+    #[test]
+    fn edit_distance_counts_insertions_deletions_and_substitutions() {
+        for (a, b, distance) in [
+            ("", "", 0),
+            ("abc", "", 3),
+            ("", "abc", 3),
+            ("abc", "a", 2),
+            ("ab", "ba", 2),
+            ("flaw", "lawn", 2),
+            ("kitten", "sitting", 3),
+            ("QUOTA_HOURLY_CEILNG", "QUOTA_HOURLY_CEILING", 1),
+        ] {
+            assert_eq!(edit_distance(a, b), distance, "{a:?} to {b:?}");
+        }
     }
 }

@@ -41,6 +41,11 @@ fn env_overrides_file_overrides_defaults() {
             !printed.contains("hunter2"),
             "secrets are never printed: {printed}"
         );
+        assert!(
+            printed.contains(r#"admin_token: Some("[redacted]")"#)
+                && printed.contains("hourly_ceiling: 700"),
+            "the rest is: {printed}"
+        );
         let url = quota_arbiter::config::Secret("postgres://app:hunter2@db.internal/quotas".into());
         let printed = format!("{url:?}");
         assert!(
@@ -69,9 +74,15 @@ fn a_bad_value_names_the_key_and_where_it_came_from() {
         Ok(())
     });
     Jail::expect_with(|jail| {
-        jail.set_env("QUOTA_STORE_TIMEOUT", "5s");
-        let error = Config::load().unwrap_err().to_string();
-        assert!(error.contains("store_timeout"), "{error}");
+        // At most 1.9 s, so a decision's 503 comes within 2 s.
+        jail.set_env("QUOTA_STORE_TIMEOUT", "1900ms");
+        let at_most = Config::load().expect("1.9 s is allowed").store_timeout;
+        assert_eq!(at_most, Duration::from_millis(1900));
+        for too_long in ["5s", "1901ms"] {
+            jail.set_env("QUOTA_STORE_TIMEOUT", too_long);
+            let error = Config::load().unwrap_err().to_string();
+            assert!(error.contains("store_timeout"), "{too_long}: {error}");
+        }
         Ok(())
     });
 }
@@ -116,9 +127,17 @@ fn lease_duration_comes_from_the_environment_and_is_checked() {
             Config::load().unwrap().lease_duration,
             Duration::from_secs(30)
         );
-        jail.set_env("QUOTA_LEASE_DURATION", "0s");
-        let error = Config::load().unwrap_err().to_string();
-        assert!(error.contains("lease_duration"), "{error}");
+        jail.set_env("QUOTA_LEASE_DURATION", "1s");
+        assert_eq!(
+            Config::load().unwrap().lease_duration,
+            Duration::from_secs(1),
+            "at least 1s: 1s is allowed"
+        );
+        for too_short in ["0s", "999ms"] {
+            jail.set_env("QUOTA_LEASE_DURATION", too_short);
+            let error = Config::load().unwrap_err().to_string();
+            assert!(error.contains("lease_duration"), "{too_short}: {error}");
+        }
         Ok(())
     });
 }
