@@ -231,3 +231,67 @@ pub fn parse_since(text: &str) -> Result<i32, String> {
         .filter(|h| (1..=8784).contains(h))
         .ok_or_else(|| format!("`{text}` must be between 1 hour and 366 days"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hour(decisions: i64, would_defer: i64, window_count: i64) -> ObserveTally {
+        ObserveTally {
+            flow: "sync".into(),
+            quota: "ppf".into(),
+            window_start: DateTime::<Utc>::UNIX_EPOCH,
+            decisions,
+            would_defer,
+            would_defer_with_deadline: 0,
+            window_count,
+        }
+    }
+
+    #[test]
+    fn a_lower_ceiling_defers_the_share_of_fitted_slots_above_it() {
+        // 1000 slots fitted under a ceiling of 1000: half of them lie above 500.
+        assert_eq!(would_defer_at(&hour(1000, 0, 1000), 1000, 500), 500);
+        // 200 were over already; half of the 1000 that fitted join them.
+        assert_eq!(would_defer_at(&hour(1200, 200, 1200), 1000, 500), 700);
+    }
+
+    #[test]
+    fn a_higher_ceiling_keeps_the_share_of_would_defers_still_over_it() {
+        // 500 slots over 1000; at 1200, 300 of them are still over.
+        assert_eq!(would_defer_at(&hour(1500, 500, 1500), 1000, 1200), 300);
+        assert_eq!(would_defer_at(&hour(1500, 500, 1500), 1000, 2000), 0);
+    }
+
+    #[test]
+    fn a_retention_is_shown_in_the_unit_it_was_set_in() {
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        assert_eq!(whole_units(hours(90 * 24)), "90d");
+        assert_eq!(whole_units(hours(36)), "36h");
+        assert_eq!(whole_units(Duration::from_secs(5400)), "1h 30m");
+    }
+
+    #[test]
+    fn only_hours_with_would_defers_count_among_the_worst() {
+        let at = |h: i64| DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::hours(h);
+        let hours = [(0, 0), (1, 5), (2, 3)]
+            .map(|(h, would_defer)| HourReport {
+                window_start: at(h),
+                decisions: 10,
+                would_defer,
+            })
+            .to_vec();
+        let report = flow_report("sync", "ppf", 100, hours, Some(0), 24, None);
+        assert_eq!(report.would_defer, 8);
+        assert_eq!(report.hours_with_deferrals, 2);
+        let worst: Vec<i64> = report.worst_hours.iter().map(|h| h.would_defer).collect();
+        assert_eq!(worst, [5, 3]);
+        assert!(
+            report
+                .verdict
+                .contains("8 decisions in 2 of the last 24 hours"),
+            "{}",
+            report.verdict
+        );
+    }
+}

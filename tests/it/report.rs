@@ -89,4 +89,12 @@ async fn the_what_if_at_the_quotas_own_ceiling_is_the_plain_report(pool: PgPool)
         would_defer_by_flow(&report("&ceiling=0").await),
         [("status-report".to_string(), 4), ("sync".to_string(), 4)]
     );
+    // A report for one quota leaves out the flows observing another.
+    create_flow(&pool, "other", 5, "elsewhere", "observe").await;
+    let everyone = would_defer_by_flow(&report("").await);
+    assert!(
+        everyone.contains(&("elsewhere".to_string(), 0)),
+        "{everyone:?}"
+    );
+    assert_eq!(would_defer_by_flow(&report("&quota=ppf").await), expected);
 }
