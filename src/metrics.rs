@@ -495,3 +495,27 @@ fn prometheus_text(open_metrics: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::prometheus_text;
+
+    #[test]
+    fn open_metrics_becomes_prometheus_text() {
+        let open_metrics = "# HELP qa_decisions Decisions.\n\
+                            # TYPE qa_decisions counter\n\
+                            # UNIT qa_decisions decisions\n\
+                            qa_decisions_total 1\n\
+                            # HELP qa_seconds_total Seconds.\n\
+                            # TYPE qa_seconds_total counter\n\
+                            qa_seconds_total 2\n\
+                            # EOF\n";
+        let want = "# HELP qa_decisions_total Decisions.\n\
+                    # TYPE qa_decisions_total counter\n\
+                    qa_decisions_total 1\n\
+                    # HELP qa_seconds_total Seconds.\n\
+                    # TYPE qa_seconds_total counter\n\
+                    qa_seconds_total 2\n";
+        assert_eq!(prometheus_text(open_metrics), want);
+    }
+}

@@ -214,6 +214,31 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
     }
 }
 
+/// The pool's gauges say what it holds at the scrape: connections handed out
+/// and connections idle, which together are the pool's size.
+#[sqlx::test]
+async fn the_pool_gauges_count_connections_in_use_and_idle(pool: PgPool) {
+    let held = pool.acquire().await.unwrap();
+    let returned = pool.acquire().await.unwrap();
+    drop(returned);
+    // The returned connection is idle once the pool has taken it back.
+    while pool.num_idle() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let metrics = Metrics::new();
+    metrics.set_state(&[], None, &pool);
+    let text = metrics.encode();
+    let max = pool.options().get_max_connections().to_string();
+    for (series, want) in [
+        (r#"quota_arbiter_db_pool_connections{state="in_use"}"#, "1"),
+        (r#"quota_arbiter_db_pool_connections{state="idle"}"#, "1"),
+        ("quota_arbiter_db_pool_max_connections", max.as_str()),
+    ] {
+        assert_eq!(sample(&text, series), Some(want), "{series}\n{text}");
+    }
+    drop(held);
+}
+
 #[test]
 fn the_checker_finds_what_it_is_meant_to_find() {
     let open_metrics = "# HELP qa_decisions Decisions.\n# TYPE qa_decisions counter\nqa_decisions_total 1\n# EOF\n";
