@@ -11,6 +11,7 @@ use quota_arbiter::decision::{Decision, Outcome};
 use quota_arbiter::metrics::{Metrics, STORE_OPERATIONS};
 use reqwest::Method;
 use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::io::AsyncWriteExt;
 
@@ -218,21 +219,27 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
 /// and connections idle, which together are the pool's size.
 #[sqlx::test]
 async fn the_pool_gauges_count_connections_in_use_and_idle(pool: PgPool) {
+    // A pool of its own, so that nothing else holds or keeps a connection.
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap();
     let held = pool.acquire().await.unwrap();
     let returned = pool.acquire().await.unwrap();
     drop(returned);
-    // The returned connection is idle once the pool has taken it back.
+    // Idle once the pool has taken it back.
     while pool.num_idle() < 1 {
         tokio::task::yield_now().await;
     }
+    assert_eq!(pool.size(), 2);
     let metrics = Metrics::new();
     metrics.set_state(&[], None, &pool);
     let text = metrics.encode();
-    let max = pool.options().get_max_connections().to_string();
     for (series, want) in [
         (r#"quota_arbiter_db_pool_connections{state="in_use"}"#, "1"),
         (r#"quota_arbiter_db_pool_connections{state="idle"}"#, "1"),
-        ("quota_arbiter_db_pool_max_connections", max.as_str()),
+        ("quota_arbiter_db_pool_max_connections", "3"),
     ] {
         assert_eq!(sample(&text, series), Some(want), "{series}\n{text}");
     }
