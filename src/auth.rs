@@ -282,6 +282,8 @@ mod tests {
             (Method::POST, "/v1/work/17/other"),
             (Method::POST, "/v1/work//done"),
             (Method::GET, "/v1/work/17/done/x"),
+            (Method::GET, "/v1/work/17/done"),
+            (Method::DELETE, "/v1/work/17/release"),
             (Method::GET, "/v1/reserve"),
             (Method::GET, "/v1/unknown"),
             (Method::GET, "/healthz/"),

@@ -186,7 +186,19 @@ async fn each_role_reaches_its_class_of_endpoint_and_no_further(pool: PgPool) {
                     assert_eq!(problem_type(response).await, "unauthorized", "{what}");
                 } else {
                     assert_eq!(status, StatusCode::FORBIDDEN, "{what}");
-                    assert_eq!(problem_type(response).await, "forbidden", "{what}");
+                    let problem: Value = response.json().await.unwrap();
+                    assert_eq!(problem_slug(&problem), "forbidden", "{what}");
+                    // The problem names the role the route needs.
+                    let needed = match *class {
+                        "views" => "operator",
+                        "work" => "worker",
+                        _ => "admin",
+                    };
+                    let detail = problem["detail"].as_str().unwrap_or_default();
+                    assert!(
+                        detail.contains(&format!("needs the {needed} role")),
+                        "{what}: {detail}"
+                    );
                 }
             }
         }
