@@ -373,6 +373,11 @@ mod tests {
     #[test]
     fn free_text_is_short_and_holds_no_nul() {
         assert_eq!(text("1h 30m"), Ok(()));
+        assert_eq!(
+            text(&"1".repeat(MAX_TEXT_LEN)),
+            Ok(()),
+            "the longest allowed"
+        );
         assert!(text("30\0s").is_err());
         assert!(text(&"1".repeat(MAX_TEXT_LEN + 1)).is_err());
     }
@@ -389,6 +394,10 @@ mod tests {
         }
         let big = json!({"blob": "x".repeat(MAX_PAYLOAD_BYTES)});
         assert!(payload(&big).is_err());
+        // 8 KiB of JSON, the quotes included: the largest allowed.
+        let largest = json!("x".repeat(8 * 1024 - 2));
+        assert_eq!(largest.to_string().len(), MAX_PAYLOAD_BYTES);
+        assert_eq!(payload(&largest), Ok(()));
     }
 
     #[derive(Debug, serde::Deserialize)]
@@ -405,6 +414,15 @@ mod tests {
         assert_eq!(count(r#"{"count": 2.26e2}"#).unwrap(), Some(226));
         assert_eq!(count(r#"{"count": null}"#).unwrap(), None);
         assert_eq!(count("{}").unwrap(), None);
+        assert_eq!(count(r#"{"count": -5}"#).unwrap(), Some(-5));
+        // Wider integers than JSON parsers give today, from other formats.
+        use serde::de::value::{Error, I128Deserializer, U128Deserializer};
+        let wide = integer::optional::<_, i16>(I128Deserializer::<Error>::new(-226));
+        assert_eq!(wide.unwrap(), Some(-226));
+        let wide = integer::optional::<_, i16>(U128Deserializer::<Error>::new(226));
+        assert_eq!(wide.unwrap(), Some(226));
+        let fraction = count(r#"{"count": 226.5}"#).unwrap_err().to_string();
+        assert!(fraction.contains("expected an integer"), "{fraction}");
         for bad in [
             r#"{"count": 226.5}"#,
             r#"{"count": 40000}"#,
@@ -413,6 +431,74 @@ mod tests {
         ] {
             assert!(count(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Each schema of the OpenAPI document writes the rule its field is
+    /// checked by here: the same lengths, the same alphabet.
+    #[test]
+    fn the_schemas_write_the_rules_the_server_checks() {
+        let printable_header = "^[!-~]([ -~]*[!-~])?$";
+        let strings = [
+            (schema::name(), MAX_NAME_LEN, NAME_PATTERN, false),
+            (schema::optional_name(), MAX_NAME_LEN, NAME_PATTERN, true),
+            (
+                schema::optional_reference(),
+                MAX_REF_LEN,
+                PRINTABLE_PATTERN,
+                true,
+            ),
+            (
+                schema::optional_identifier(),
+                MAX_REF_LEN,
+                PRINTABLE_PATTERN,
+                true,
+            ),
+            (
+                schema::header_identifier(),
+                MAX_REF_LEN,
+                printable_header,
+                false,
+            ),
+            (schema::duration(), MAX_TEXT_LEN, DURATION_PATTERN, false),
+            (
+                schema::optional_duration(),
+                MAX_TEXT_LEN,
+                DURATION_PATTERN,
+                true,
+            ),
+        ];
+        for (schema, longest, pattern, nullable) in strings {
+            let schema = serde_json::to_value(schema).unwrap();
+            let kind = if nullable {
+                json!(["string", "null"])
+            } else {
+                json!("string")
+            };
+            assert_eq!(schema["type"], kind, "{schema}");
+            assert_eq!(schema["minLength"], 1, "{schema}");
+            assert_eq!(schema["maxLength"], longest, "{schema}");
+            assert_eq!(schema["pattern"], pattern, "{schema}");
+        }
+        let names = serde_json::to_value(schema::optional_names()).unwrap();
+        assert_eq!(names["type"], json!(["array", "null"]));
+        assert_eq!(
+            names["items"],
+            serde_json::to_value(schema::name()).unwrap()
+        );
+    }
+
+    #[test]
+    fn the_payload_schema_says_what_a_payload_may_hold() {
+        let schema = serde_json::to_value(schema::payload_component()).unwrap();
+        let any = schema["anyOf"].as_array().expect("anyOf");
+        let types: Vec<&str> = any.iter().filter_map(|a| a["type"].as_str()).collect();
+        let every = ["null", "boolean", "number", "string", "array", "object"];
+        assert_eq!(types, every, "{schema}");
+        assert_eq!(any[2]["maximum"], json!(MAX_PAYLOAD_NUMBER));
+        assert_eq!(any[2]["minimum"], json!(-MAX_PAYLOAD_NUMBER));
+        assert_eq!(any[3]["pattern"], "^[^\\u0000]*$");
+        let description = schema["description"].as_str().unwrap_or_default();
+        assert!(description.contains("8 KiB"), "{schema}");
     }
 
     #[test]
