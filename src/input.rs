@@ -26,6 +26,9 @@ pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:/-]*$";
 pub const DURATION_PATTERN: &str = "^0$|^([0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y) ?)*[0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)$";
 /// Printable text: no C0 or C1 control character, DEL included.
 pub const PRINTABLE_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+/// A principal or tenant in a header: visible ASCII, spaces inside only
+/// (HTTP trims a header value's ends).
+pub const HEADER_IDENTIFIER_PATTERN: &str = "^[!-~]([ -~]*[!-~])?$";
 
 /// Names of quotas and flows, and worker ids, end up in URLs, metric labels
 /// and log lines, so they are kept to a small, printable alphabet (the
@@ -131,8 +134,8 @@ pub mod schema {
     use utoipa::openapi::{Ref, RefOr};
 
     use super::{
-        DURATION_PATTERN, MAX_NAME_LEN, MAX_PAYLOAD_NUMBER, MAX_REF_LEN, MAX_TEXT_LEN,
-        NAME_PATTERN, PRINTABLE_PATTERN,
+        DURATION_PATTERN, HEADER_IDENTIFIER_PATTERN, MAX_NAME_LEN, MAX_PAYLOAD_NUMBER, MAX_REF_LEN,
+        MAX_TEXT_LEN, NAME_PATTERN, PRINTABLE_PATTERN,
     };
 
     fn string(min: usize, max: usize, pattern: Option<&str>, nullable: bool) -> Schema {
@@ -174,10 +177,9 @@ pub mod schema {
         string(1, MAX_REF_LEN, Some(PRINTABLE_PATTERN), true)
     }
 
-    /// A principal or tenant in a header: visible ASCII, spaces inside only
-    /// (HTTP trims a header value's ends).
+    /// A principal or tenant in a header ([`HEADER_IDENTIFIER_PATTERN`]).
     pub fn header_identifier() -> Schema {
-        string(1, MAX_REF_LEN, Some("^[!-~]([ -~]*[!-~])?$"), false)
+        string(1, MAX_REF_LEN, Some(HEADER_IDENTIFIER_PATTERN), false)
     }
 
     /// A duration as `humantime` reads it: `30s`, `5m`, `1h 30m`.
@@ -437,7 +439,6 @@ mod tests {
     /// checked by here: the same lengths, the same alphabet.
     #[test]
     fn the_schemas_write_the_rules_the_server_checks() {
-        let printable_header = "^[!-~]([ -~]*[!-~])?$";
         let strings = [
             (schema::name(), MAX_NAME_LEN, NAME_PATTERN, false),
             (schema::optional_name(), MAX_NAME_LEN, NAME_PATTERN, true),
@@ -456,7 +457,7 @@ mod tests {
             (
                 schema::header_identifier(),
                 MAX_REF_LEN,
-                printable_header,
+                HEADER_IDENTIFIER_PATTERN,
                 false,
             ),
             (schema::duration(), MAX_TEXT_LEN, DURATION_PATTERN, false),

@@ -11,11 +11,10 @@ use quota_arbiter::arbiter::{Claim, ClaimOutcome};
 use quota_arbiter::store::claim::{ClaimGroup, Claimant};
 use quota_arbiter::store::Store;
 use serde_json::{json, Value};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    create_flow, current_count, eventually, lock_window, metrics_text, pin_clock, TestApp,
+    create_flow, current_count, eventually, lock_window, metrics_text, pin_clock, pool_of, TestApp,
 };
 use crate::metrics::sample;
 use crate::work::count_of;
@@ -290,11 +289,7 @@ async fn more_concurrent_claims_of_different_flows_than_connections_are_all_answ
 #[sqlx::test]
 async fn a_claim_group_waits_for_a_turn_while_half_the_pool_is_in_claims(pool: PgPool) {
     // Two connections: one claim transaction at a time.
-    let two = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with((*pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let two = pool_of(&pool, 2).await;
     let store = Store::new(two);
     let claimants = [Claimant {
         worker: "w".to_string(),

@@ -343,8 +343,14 @@ pub async fn pin_clock_at(pool: &PgPool, seconds: f64) -> PgPool {
     .execute(pool)
     .await
     .unwrap();
+    pool_of(pool, 16).await
+}
+
+/// A new pool of at most `connections` to this test's database, beside
+/// `pool` (whose connections it neither shares nor sees).
+pub async fn pool_of(pool: &PgPool, connections: u32) -> PgPool {
     PgPoolOptions::new()
-        .max_connections(16)
+        .max_connections(connections)
         .connect_with((*pool.connect_options()).clone())
         .await
         .unwrap()

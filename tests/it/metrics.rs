@@ -11,11 +11,10 @@ use quota_arbiter::decision::{Decision, Outcome};
 use quota_arbiter::metrics::{Metrics, STORE_OPERATIONS};
 use reqwest::Method;
 use serde_json::json;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::io::AsyncWriteExt;
 
-use crate::helpers::{create_flow, find_on_path, test_config, TestApp};
+use crate::helpers::{create_flow, find_on_path, pool_of, test_config, TestApp};
 
 /// What is wrong with an exposition in the Prometheus text format: every
 /// sample belongs to the family its `# TYPE` line names (histograms: `_bucket`,
@@ -220,11 +219,7 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
 #[sqlx::test]
 async fn the_pool_gauges_count_connections_in_use_and_idle(pool: PgPool) {
     // A pool of its own, so that nothing else holds or keeps a connection.
-    let pool = PgPoolOptions::new()
-        .max_connections(3)
-        .connect_with((*pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let pool = pool_of(&pool, 3).await;
     let held = pool.acquire().await.unwrap();
     let returned = pool.acquire().await.unwrap();
     drop(returned);
