@@ -270,10 +270,41 @@ async fn only_the_key_that_took_a_lease_or_an_admin_frees_it(pool: PgPool) {
 
     let taken = reserve_with(&app, &mallory).await;
     let lease_id = taken.lease_id.expect("the place is free again");
+    let stolen = release_with(&app, &alice, lease_id).await;
+    assert_eq!(
+        stolen.status(),
+        StatusCode::FORBIDDEN,
+        "alice took the first lease, not this one"
+    );
     let by_admin = release_with(&app, &admin, lease_id).await;
     assert_eq!(by_admin.status(), StatusCode::OK);
     let by_admin: Value = by_admin.json().await.unwrap();
     assert_eq!(by_admin["released"], true, "an admin frees any lease");
+}
+
+/// Who took a lease is kept past the lease (60 s at most) only until the
+/// pruning task's retention, a batch at a time, the newer records kept.
+#[sqlx::test]
+async fn lease_holders_past_their_retention_are_pruned_a_batch_at_a_time(pool: PgPool) {
+    let store = Store::new(pool.clone());
+    let hash = auth::key_hash("any");
+    let (key_id, _) = store.create_key(None, "worker", None, &hash).await.unwrap();
+    store.hold_leases(&[11, 12, 13], key_id).await.unwrap();
+    sqlx::query(
+        "UPDATE lease_holder SET taken_at = arbiter_now() - interval '10 minutes'
+         WHERE lease_id IN (11, 12)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let retention = Duration::from_secs(120);
+    let mut batches = Vec::new();
+    for _ in 0..3 {
+        batches.push(store.prune_lease_holders(retention, 1).await.unwrap());
+    }
+    assert_eq!(batches, [1, 1, 0], "one record a batch, then none left");
+    assert_eq!(store.lease_holder(11).await.unwrap(), None);
+    assert_eq!(store.lease_holder(13).await.unwrap(), Some(key_id));
 }
 
 #[sqlx::test]
