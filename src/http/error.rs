@@ -219,11 +219,9 @@ impl From<JsonRejection> for ApiError {
                     e.body_text()
                 ))
             }
-            JsonRejection::JsonSyntaxError(e) => ApiError::MalformedJson(e.body_text()),
-            JsonRejection::MissingJsonContentType(e) => {
-                ApiError::UnsupportedMediaType(e.body_text())
-            }
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+            // A syntax error. `ApiJson` checks the content type and reads the
+            // body (a 413 past the limit) before axum's parser sees it, so
+            // the parser's is the only other rejection that reaches here.
             other => ApiError::MalformedJson(other.body_text()),
         }
     }

@@ -147,3 +147,30 @@ where
             ))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_content_type(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn json_and_json_suffixed_application_types_are_json() {
+        for json in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/merge-patch+json",
+            " application/problem+json ;q=1",
+        ] {
+            assert!(json_content_type(&with_content_type(json)), "{json}");
+        }
+        for other in ["text/plain", "application/xml", "text/x+json", "", "json"] {
+            assert!(!json_content_type(&with_content_type(other)), "{other}");
+        }
+        assert!(!json_content_type(&HeaderMap::new()), "no content type");
+    }
+}
