@@ -199,3 +199,26 @@ fn reported_quota(state: &AppState, body: &FeedbackBody) -> Result<String, ApiEr
         (None, None) => Err(ApiError::Invalid("give `flow` or `quota`".into())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lasting(duration_ms: u64) -> FeedbackBody {
+        FeedbackBody {
+            flow: Some("invoice".into()),
+            quota: None,
+            status: Some(200),
+            duration_ms: Some(duration_ms),
+            lease_id: None,
+            degraded: None,
+            bypassed: None,
+        }
+    }
+
+    #[test]
+    fn a_call_may_have_lasted_an_hour_and_no_longer() {
+        assert!(lasting(MAX_DURATION_MS).validated().is_ok());
+        assert!(lasting(MAX_DURATION_MS + 1).validated().is_err());
+    }
+}

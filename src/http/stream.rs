@@ -184,4 +184,13 @@ mod tests {
         assert!(flows_of("").is_err());
         assert!(flows_of("flow=bad%20name").is_err());
     }
+
+    /// As many as the document's maxItems, counted as given (repeats too).
+    #[test]
+    fn at_most_max_flows_are_given() {
+        let given = |n: usize| vec!["flow=f"; n].join("&");
+        assert_eq!(flows_of(&given(MAX_FLOWS)).unwrap(), ["f"]);
+        assert!(flows_of(&given(MAX_FLOWS + 1)).is_err());
+        assert!(flows_of(&given(MAX_FLOWS + 2)).is_err());
+    }
 }

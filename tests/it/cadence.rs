@@ -240,6 +240,27 @@ async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
     assert_eq!(quota_row(&app).await["effective_rate"].as_f64(), Some(10.0));
 }
 
+/// A report names a quota the catalog knows, or it is a 404: never a no-op.
+#[sqlx::test]
+async fn a_report_about_an_unknown_quota_is_not_found(pool: PgPool) {
+    create_flow(&pool, "api", 100, "invoice", "enforce").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let known = app
+        .post("/v1/report")
+        .json(&json!({"quota": "api", "status": 200}));
+    assert_eq!(known.send().await.unwrap().status(), 200);
+    let unknown = app
+        .post("/v1/report")
+        .json(&json!({"quota": "nope", "status": 429}));
+    let unknown = unknown.send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let problem: Value = unknown.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("nope"),
+        "{problem}"
+    );
+}
+
 async fn quota_row(app: &TestApp) -> Value {
     let quotas: Value = app.admin_json(Method::GET, "/v1/quotas", None).await;
     quotas["quotas"][0].clone()
