@@ -1,6 +1,7 @@
-//! One meaning on every operator surface: each row of the README's operator
-//! table done through the API, the CLI and raw SQL leaves the same rows; PUT
-//! replaces, PATCH and the CLI change what they name; typos are refused.
+//! One meaning on every operator surface: each row of the operator table in
+//! docs/operations/runbook.md done through the API, the CLI and raw SQL leaves
+//! the same rows; PUT replaces, PATCH and the CLI change what they name; typos
+//! are refused.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -8,7 +9,7 @@ use sqlx::PgPool;
 
 use crate::helpers::{cli, cli_with_env, stdout, TestApp};
 
-/// One row of the README's "Operator actions" table.
+/// One row of the runbook's "Operator actions" table.
 #[derive(Debug)]
 struct Action {
     what: String,
@@ -17,14 +18,14 @@ struct Action {
     sql: String,
 }
 
-/// The rows of the README table, so that the README cannot drift from what
+/// The rows of the runbook's table, so that the book cannot drift from what
 /// the surfaces do.
 fn operator_actions() -> Vec<Action> {
-    let readme = include_str!("../../README.md");
-    let table = readme
-        .split("### Operator actions")
+    let runbook = include_str!("../../docs/operations/runbook.md");
+    let table = runbook
+        .split("\n## Operator actions\n")
         .nth(1)
-        .expect("README has an Operator actions section");
+        .expect("docs/operations/runbook.md has an Operator actions section");
     let code = |cell: &str| cell.trim().trim_matches('`').to_string();
     table
         .lines()
@@ -56,10 +57,17 @@ async fn perform(surface: Surface, action: &Action, app: &TestApp, pool: &PgPool
         Surface::Api => {
             let (method, rest) = action.api.split_once(' ').unwrap();
             let (path, body) = rest.split_once(' ').unwrap_or((rest, ""));
-            let mut request = app.admin(method.parse().unwrap(), path);
+            let method: Method = method.parse().unwrap();
+            // PUT sends the whole object, PATCH a merge patch.
+            let content_type = if method == Method::PATCH {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
+            let mut request = app.admin(method, path);
             if !body.is_empty() {
                 request = request
-                    .header("content-type", "application/merge-patch+json")
+                    .header("content-type", content_type)
                     .body(body.to_string());
             }
             let response = request.send().await.unwrap();
@@ -117,7 +125,7 @@ async fn every_operator_action_means_the_same_through_api_cli_and_sql(pool: PgPo
             assert_eq!(api, other, "{}: API and {surface:?} differ", action.what);
         }
     }
-    // And what the rows say is what the README promises.
+    // And what the rows say is what the runbook promises.
     let after = |what: &str| {
         let at = actions.iter().position(|a| a.what == what).unwrap();
         api_rows[at].clone()
