@@ -105,7 +105,14 @@ pub struct Decision {
     /// What deferred the decision (or would have): budget, cadence or in_flight.
     pub limit: Option<Limit>,
     /// Quotas with `max_in_flight`: the concurrency lease this grant holds;
-    /// report it (`POST /v1/report`) when the emission is over.
+    /// report it (`POST /v1/report`) when the emission is over. A string of
+    /// digits on the wire: 60 random bits do not survive a double.
+    #[serde(
+        default,
+        serialize_with = "crate::input::exact_id::optional_string",
+        deserialize_with = "crate::input::exact_id::optional"
+    )]
+    #[schema(schema_with = crate::input::exact_id::optional_schema)]
     pub lease_id: Option<i64>,
     pub valid_until: Option<DateTime<Utc>>,
     /// The flow's quota as the answer's RateLimit fields describe it

@@ -127,15 +127,14 @@ pub fn is_lone_surrogate(parse_error: &str) -> bool {
 /// How the OpenAPI document writes these rules (for `schema_with`), so that
 /// the document and the server agree in both directions.
 pub mod schema {
-    use serde_json::json;
     use utoipa::openapi::schema::{
         AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type,
     };
-    use utoipa::openapi::{Ref, RefOr};
+    use utoipa::openapi::RefOr;
 
     use super::{
-        DURATION_PATTERN, HEADER_IDENTIFIER_PATTERN, MAX_NAME_LEN, MAX_PAYLOAD_NUMBER, MAX_REF_LEN,
-        MAX_TEXT_LEN, NAME_PATTERN, PRINTABLE_PATTERN,
+        DURATION_PATTERN, HEADER_IDENTIFIER_PATTERN, MAX_NAME_LEN, MAX_PAYLOAD_BYTES,
+        MAX_PAYLOAD_NUMBER, MAX_REF_LEN, MAX_TEXT_LEN, NAME_PATTERN, PRINTABLE_PATTERN,
     };
 
     fn string(min: usize, max: usize, pattern: Option<&str>, nullable: bool) -> Schema {
@@ -191,33 +190,18 @@ pub mod schema {
         string(1, MAX_TEXT_LEN, Some(DURATION_PATTERN), true)
     }
 
-    /// A work payload: the `Payload` component, which refers to itself.
-    pub fn payload() -> RefOr<Schema> {
-        Ref::from_schema_name("Payload").into()
-    }
-
-    /// Any JSON the store can hold: no NUL in a key or a string, numbers
-    /// within ±[`MAX_PAYLOAD_NUMBER`]. At most 8 KiB serialized, which a
-    /// schema cannot say.
-    pub fn payload_component() -> Schema {
-        let no_nul = "^[^\\u0000]*$";
-        let mut schema = any_of([
-            json!({"type": "null"}),
-            json!({"type": "boolean"}),
-            json!({"type": "number", "minimum": -MAX_PAYLOAD_NUMBER, "maximum": MAX_PAYLOAD_NUMBER}),
-            json!({"type": "string", "pattern": no_nul}),
-            json!({"type": "array", "items": {"$ref": "#/components/schemas/Payload"}}),
-            json!({"type": "object", "propertyNames": {"type": "string", "pattern": no_nul},
-                   "additionalProperties": {"$ref": "#/components/schemas/Payload"}}),
-        ]);
-        if let Schema::AnyOf(any) = &mut schema {
-            any.description = Some(
-                "Any JSON value the store can hold: no NUL character (\\u0000) in a key or a \
-                 string, numbers within ±1e300, at most 8 KiB serialized"
-                    .into(),
-            );
-        }
-        schema
+    /// A work payload: any JSON value, as every generator can read it (a
+    /// recursive schema of its kinds is skipped by some). The store's limits
+    /// ([`super::payload`]) are refused at the edge with a 422 naming them.
+    pub fn payload() -> Schema {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::AnyValue)
+            .description(Some(format!(
+                "Any JSON value (default null). The store refuses, with a 422 naming the \
+                 rule: a NUL character (\\u0000) in a key or a string, a number beyond \
+                 ±{MAX_PAYLOAD_NUMBER:e}, more than {MAX_PAYLOAD_BYTES} bytes serialized"
+            )))
+            .into()
     }
 
     /// A schema that holds when one of `alternatives` does (each a plain
@@ -329,6 +313,112 @@ pub mod integer {
             }
             Self::fit(n as i64)
         }
+    }
+}
+
+/// Ids that must survive every JSON reader exactly (a lease's 60 random
+/// bits): JavaScript's `JSON.parse`, jq and Go's `encoding/json` into `any`
+/// read numbers as doubles and lose the digits past 2^53, so the id travels
+/// as a decimal string. A caller may still send an integer (deprecated,
+/// CHANGELOG), read by the same rules as every integer field.
+pub mod exact_id {
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::Serializer;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+
+    /// The decimal digits of an id, as the OpenAPI document writes them.
+    pub const PATTERN: &str = "^-?[0-9]{1,19}$";
+
+    /// `#[serde(serialize_with = "crate::input::exact_id::optional_string")]`
+    pub fn optional_string<S: Serializer>(id: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+        match id {
+            Some(id) => s.collect_str(id),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// `#[serde(default, deserialize_with = "crate::input::exact_id::optional")]`:
+    /// a decimal string or an integer; `null` or absent is none.
+    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        d.deserialize_option(StringOrInteger)
+    }
+
+    struct StringOrInteger;
+
+    impl<'de> Visitor<'de> for StringOrInteger {
+        type Value = Option<i64>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an id: a string of decimal digits (or an integer)")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            if digits.is_empty() || digits.len() > 19 || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
+                return Err(E::invalid_value(de::Unexpected::Str(text), &self));
+            }
+            text.parse()
+                .map(Some)
+                .map_err(|_| E::custom(format!("{text} is out of range")))
+        }
+
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+            super::integer::optional(de::value::I64Deserializer::new(n))
+        }
+
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+            super::integer::optional(de::value::U64Deserializer::new(n))
+        }
+
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
+            super::integer::optional(de::value::F64Deserializer::new(n))
+        }
+    }
+
+    /// An id in an answer: a string of digits, or `null`.
+    pub fn optional_schema() -> Schema {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .pattern(Some(PATTERN))
+            .description(Some(
+                "An exact id: a string of decimal digits (a JSON number would lose digits in \
+                 JavaScript and jq)",
+            ))
+            .into()
+    }
+
+    /// An id a caller sends: a string of digits; an integer is still read
+    /// (deprecated).
+    pub fn optional_input_schema() -> Schema {
+        let mut schema = super::schema::any_of([
+            serde_json::json!({"type": "string", "pattern": PATTERN}),
+            serde_json::json!({"type": "integer", "format": "int64",
+                "minimum": i64::MIN, "maximum": i64::MAX, "deprecated": true}),
+            serde_json::json!({"type": "null"}),
+        ]);
+        if let Schema::AnyOf(any) = &mut schema {
+            any.description = Some(
+                "An exact id as a string of decimal digits; an integer is still accepted \
+                 (deprecated)"
+                    .into(),
+            );
+        }
+        schema
     }
 }
 
@@ -489,17 +579,67 @@ mod tests {
     }
 
     #[test]
-    fn the_payload_schema_says_what_a_payload_may_hold() {
-        let schema = serde_json::to_value(schema::payload_component()).unwrap();
-        let any = schema["anyOf"].as_array().expect("anyOf");
-        let types: Vec<&str> = any.iter().filter_map(|a| a["type"].as_str()).collect();
-        let every = ["null", "boolean", "number", "string", "array", "object"];
-        assert_eq!(types, every, "{schema}");
-        assert_eq!(any[2]["maximum"], json!(MAX_PAYLOAD_NUMBER));
-        assert_eq!(any[2]["minimum"], json!(-MAX_PAYLOAD_NUMBER));
-        assert_eq!(any[3]["pattern"], "^[^\\u0000]*$");
+    fn the_payload_schema_is_any_json_and_names_the_stores_limits() {
+        let schema = serde_json::to_value(schema::payload()).unwrap();
+        for constraint in ["type", "anyOf", "$ref", "items", "properties"] {
+            assert!(schema.get(constraint).is_none(), "any JSON value: {schema}");
+        }
         let description = schema["description"].as_str().unwrap_or_default();
-        assert!(description.contains("8 KiB"), "{schema}");
+        for limit in ["NUL", "1e300", "8192 bytes", "default null"] {
+            assert!(description.contains(limit), "{limit}: {schema}");
+        }
+    }
+
+    #[test]
+    fn exact_ids_travel_as_strings_and_read_from_strings_or_integers() {
+        #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+        struct Carrier {
+            #[serde(
+                default,
+                serialize_with = "exact_id::optional_string",
+                deserialize_with = "exact_id::optional"
+            )]
+            id: Option<i64>,
+        }
+        let beyond_a_double = 863_254_688_558_838_201_i64;
+        let written = serde_json::to_value(Carrier {
+            id: Some(beyond_a_double),
+        })
+        .unwrap();
+        assert_eq!(written, json!({"id": "863254688558838201"}));
+        assert_eq!(
+            serde_json::to_value(Carrier { id: None }).unwrap(),
+            json!({"id": null})
+        );
+        let read = |body: &str| serde_json::from_str::<Carrier>(body).map(|c| c.id);
+        assert_eq!(
+            read(r#"{"id": "863254688558838201"}"#).unwrap(),
+            Some(beyond_a_double)
+        );
+        assert_eq!(
+            read(r#"{"id": 863254688558838201}"#).unwrap(),
+            Some(beyond_a_double)
+        );
+        assert_eq!(read(r#"{"id": "-5"}"#).unwrap(), Some(-5));
+        assert_eq!(read(r#"{"id": 7.0}"#).unwrap(), Some(7));
+        assert_eq!(read(r#"{"id": null}"#).unwrap(), None);
+        assert_eq!(read("{}").unwrap(), None);
+        for refused in [
+            r#"{"id": ""}"#,
+            r#"{"id": "-"}"#,
+            r#"{"id": "12a"}"#,
+            r#"{"id": " 12"}"#,
+            r#"{"id": "+12"}"#,
+            r#"{"id": "99999999999999999999"}"#,
+            r#"{"id": "9223372036854775808"}"#,
+            r#"{"id": 7.5}"#,
+            r#"{"id": true}"#,
+        ] {
+            assert!(read(refused).is_err(), "{refused}");
+        }
+        let schema = serde_json::to_value(exact_id::optional_schema()).unwrap();
+        assert_eq!(schema["type"], json!(["string", "null"]));
+        assert_eq!(schema["pattern"], exact_id::PATTERN);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::catalog::validate_name;
 use crate::cli::{FlowArgs, QuotaArgs};
 use crate::config::Config;
 use crate::report::{self, Report};
-use crate::store::{CatalogError, FlowRow, Store};
+use crate::store::{CatalogError, FlowRow, Store, WhenMissing};
 
 pub async fn connect(config: &Config) -> anyhow::Result<Store> {
     let options = PgConnectOptions::from_str(config.database_url.expose())?
@@ -78,7 +78,13 @@ pub async fn change_flow(store: &Store, config: &Config, args: &FlowArgs) -> any
     }
     let create_quota = args.create_quota.then_some(config.hourly_ceiling);
     let row = store
-        .patch_flow(&cli_actor(), &args.name, args.patch(), create_quota)
+        .patch_flow(
+            &cli_actor(),
+            &args.name,
+            args.patch(),
+            WhenMissing::Create,
+            create_quota,
+        )
         .await
         .map_err(cli_error)?;
     print_flow(&row);
@@ -90,7 +96,13 @@ pub async fn change_quota(store: &Store, config: &Config, args: &QuotaArgs) -> a
     validate_name(&args.name).map_err(|why| anyhow::anyhow!("quota name {why}"))?;
     let patch = args.patch().map_err(anyhow::Error::msg)?;
     let row = store
-        .patch_quota(&cli_actor(), &args.name, patch, config.hourly_ceiling)
+        .patch_quota(
+            &cli_actor(),
+            &args.name,
+            patch,
+            WhenMissing::Create,
+            config.hourly_ceiling,
+        )
         .await
         .map_err(cli_error)?;
     let setting = |name: &str, value: Option<String>| value.map(|v| format!(" {name}={v}"));

@@ -10,6 +10,53 @@ use serde::{Deserialize, Serialize};
 use crate::report::Report;
 use crate::retry::RetryPolicy;
 
+/// A grant's concurrency lease, as the arbiter wrote it: an opaque token the
+/// client only gives back. The arbiter sends a string of digits (60 random
+/// bits, which a JSON number read as a double would round); an integer from
+/// an older arbiter is read into the same digits.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct LeaseId(String);
+
+impl LeaseId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for LeaseId {
+    fn from(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+}
+
+impl From<i64> for LeaseId {
+    fn from(id: i64) -> Self {
+        Self(id.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for LeaseId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Text(String),
+            Whole(i64),
+        }
+        Ok(match Wire::deserialize(d)? {
+            Wire::Text(text) => Self(text),
+            Wire::Whole(n) => Self::from(n),
+        })
+    }
+}
+
 /// A request for `count` slots of a flow's quota, all or nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Reserve {
@@ -115,7 +162,7 @@ pub enum Decision {
         limit: Option<Limit>,
         /// Quotas with `max_in_flight`: the lease this grant holds; report it
         /// when the emission is over ([`Decision::report`]).
-        lease_id: Option<i64>,
+        lease_id: Option<LeaseId>,
         valid_until: Option<DateTime<Utc>>,
     },
     /// A limit was reached: keep the work pending and ask again at `retry_at`.
@@ -199,9 +246,9 @@ impl Decision {
     }
 
     /// The concurrency lease a grant holds, to free when the emission is over.
-    pub fn lease_id(&self) -> Option<i64> {
+    pub fn lease_id(&self) -> Option<&LeaseId> {
         match self {
-            Decision::Granted { lease_id, .. } => *lease_id,
+            Decision::Granted { lease_id, .. } => lease_id.as_ref(),
             _ => None,
         }
     }
@@ -211,7 +258,7 @@ impl Decision {
     pub fn report(&self) -> Report {
         let report = Report::flow(self.flow());
         match self.lease_id() {
-            Some(lease_id) => report.lease(lease_id),
+            Some(lease_id) => report.lease(lease_id.clone()),
             None => report,
         }
     }
@@ -306,7 +353,7 @@ mod tests {
         let granted: Decision = serde_json::from_str(
             r#"{"outcome":"granted","flow":"invoice","quota":"ppf","mode":"observe",
             "window_start":"2026-11-30T14:00:00Z","retry_at":null,"retry_after_seconds":null,
-            "would_defer":true,"limit":"budget","lease_id":733927340619428183,
+            "would_defer":true,"limit":"budget","lease_id":"733927340619428183",
             "valid_until":"2026-11-30T14:00:30Z"}"#,
         )
         .unwrap();
@@ -321,15 +368,26 @@ mod tests {
             panic!("{granted:?}")
         };
         assert_eq!(
-            (*mode, *would_defer, *limit, *lease_id),
+            (
+                *mode,
+                *would_defer,
+                *limit,
+                lease_id.as_ref().map(LeaseId::as_str)
+            ),
             (
                 Some(Mode::Observe),
                 true,
                 Some(Limit::Budget),
-                Some(733927340619428183)
+                Some("733927340619428183")
             )
         );
-        assert_eq!(granted.report().lease_id(), Some(733927340619428183));
+        assert_eq!(
+            granted.report().lease_id().map(LeaseId::as_str),
+            Some("733927340619428183")
+        );
+        // An older arbiter's integer reads into the same digits.
+        let older: LeaseId = serde_json::from_str("733927340619428183").unwrap();
+        assert_eq!(older.as_str(), "733927340619428183");
 
         let deferred: Decision = serde_json::from_str(
             r#"{"outcome":"deferred","flow":"invoice","quota":"ppf","mode":"enforce",

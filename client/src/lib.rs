@@ -53,7 +53,7 @@ pub use adapt::{
 };
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
 pub use decision::{
-    Decision, DeferralWaits, Limit, Mode, Reserve, MIN_DEFERRAL_WAIT, STALE_DEFERRAL_MAX,
+    Decision, DeferralWaits, LeaseId, Limit, Mode, Reserve, MIN_DEFERRAL_WAIT, STALE_DEFERRAL_MAX,
 };
 pub use error::{Error, Failure};
 pub use report::{Report, ReportAnswer};

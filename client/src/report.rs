@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::decision::LeaseId;
+
 /// A report about one emission: the upstream's status, its duration, the lease
 /// to free. Name the flow (or the quota) and give a status, a lease or both.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -18,7 +20,7 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     duration_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    lease_id: Option<i64>,
+    lease_id: Option<LeaseId>,
 }
 
 impl Report {
@@ -61,13 +63,13 @@ impl Report {
     }
 
     /// The grant's lease, to free its in-flight place.
-    pub fn lease(mut self, lease_id: i64) -> Self {
-        self.lease_id = Some(lease_id);
+    pub fn lease(mut self, lease_id: impl Into<LeaseId>) -> Self {
+        self.lease_id = Some(lease_id.into());
         self
     }
 
-    pub fn lease_id(&self) -> Option<i64> {
-        self.lease_id
+    pub fn lease_id(&self) -> Option<&LeaseId> {
+        self.lease_id.as_ref()
     }
 
     pub fn flow_name(&self) -> Option<&str> {
@@ -115,10 +117,10 @@ mod tests {
         let report = Report::flow("invoice")
             .status(200)
             .duration(Duration::from_millis(812))
-            .lease(733927340619428183);
+            .lease(733927340619428183_i64);
         assert_eq!(
             serde_json::to_value(&report).unwrap(),
-            serde_json::json!({"flow": "invoice", "lease_id": 733927340619428183_i64,
+            serde_json::json!({"flow": "invoice", "lease_id": "733927340619428183",
                 "status": 200, "duration_ms": 812})
         );
         assert_eq!(

@@ -322,7 +322,7 @@ async fn reserve_and_report_send_what_the_arbiter_reads_with_the_key() {
         (seen[1].path.as_str(), &seen[1].body),
         (
             "/v1/report",
-            &json!({"flow": "invoice", "lease_id": 42, "status": 200, "duration_ms": 812})
+            &json!({"flow": "invoice", "lease_id": "42", "status": 200, "duration_ms": 812})
         )
     );
     assert!(seen

@@ -12,7 +12,7 @@ use super::extract::{Admin, ApiJson, ApiPath, ApiQuery};
 use super::AppState;
 use crate::catalog::{validate_name, FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
 use crate::report::{self, Report};
-use crate::store::{FlowRow, QuotaRow, WindowRow};
+use crate::store::{FlowRow, QuotaRow, WhenMissing, WindowRow};
 
 /// Who the audit trail names for changes made with the admin token.
 pub(super) const ADMIN_ACTOR: &str = "api:admin";
@@ -114,12 +114,13 @@ pub async fn put_quota(
 }
 
 /// Change only the fields given (JSON merge patch): `null` turns a limit off.
-/// A quota that does not exist yet is created from the default ceiling.
+/// A quota that does not exist is a 404: `PUT` creates.
 #[utoipa::path(patch, path = "/v1/quotas/{name}", tag = "admin", request_body(content = QuotaPatch,
         content_type = "application/merge-patch+json"),
     params(("name" = String, Path, description = "Quota name")),
     security(("admin_token" = [])),
-    responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 422, body = Problem)))]
+    responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
 pub async fn patch_quota(
     _: Admin,
     State(state): State<AppState>,
@@ -129,7 +130,13 @@ pub async fn patch_quota(
     valid_name(&name, "quota name")?;
     let row = state
         .store
-        .patch_quota(ADMIN_ACTOR, &name, patch, state.default_ceiling)
+        .patch_quota(
+            ADMIN_ACTOR,
+            &name,
+            patch,
+            WhenMissing::NotFound,
+            state.default_ceiling,
+        )
         .await?;
     changed(&state, Json(row)).await
 }
@@ -203,7 +210,7 @@ pub async fn put_flow(
 
 /// Change only the fields given (JSON merge patch). A `mode` without
 /// `enforce_percent` is the whole mode; a percent outside enforce is refused.
-/// Creating a flow takes its `quota`.
+/// A flow that does not exist is a 404: `PUT` creates.
 #[utoipa::path(patch, path = "/v1/flows/{name}", tag = "admin", request_body(content = FlowPatch,
         content_type = "application/merge-patch+json"),
     params(("name" = String, Path, description = "Flow name")),
@@ -223,7 +230,13 @@ pub async fn patch_flow(
     let create_quota = patch.create_quota.then_some(state.default_ceiling);
     let row = state
         .store
-        .patch_flow(ADMIN_ACTOR, &name, patch, create_quota)
+        .patch_flow(
+            ADMIN_ACTOR,
+            &name,
+            patch,
+            WhenMissing::NotFound,
+            create_quota,
+        )
         .await?;
     changed(&state, Json(row)).await
 }

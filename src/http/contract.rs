@@ -35,9 +35,6 @@ pub fn complete(openapi: &mut OpenApi) {
 /// field left out mean the same to the server, so "absent" is `type: null`.
 fn refine_bodies(openapi: &mut OpenApi) {
     let components = openapi.components.get_or_insert_with(Default::default);
-    components
-        .schemas
-        .insert("Payload".into(), input::schema::payload_component().into());
     let absent = json!({"type": "null"});
     let rules = [
         (
@@ -72,7 +69,7 @@ fn refine_bodies(openapi: &mut OpenApi) {
                 ]),
                 input::schema::any_of([
                     json!({"type": "object", "required": ["status"], "properties": {"status": {"type": "integer"}}}),
-                    json!({"type": "object", "required": ["lease_id"], "properties": {"lease_id": {"type": "integer"}}}),
+                    json!({"type": "object", "required": ["lease_id"], "properties": {"lease_id": {"type": ["string", "integer"]}}}),
                     json!({"type": "object", "required": ["degraded"], "properties": {"degraded": {"type": "integer"}}}),
                 ]),
                 input::schema::any_of([

@@ -47,9 +47,10 @@ pub struct FeedbackBody {
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     #[schema(minimum = 0, maximum = 3600000)]
     pub duration_ms: Option<u64>,
-    /// The lease of the grant, to free its in-flight place.
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
-    #[schema(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
+    /// The lease of the grant, to free its in-flight place: the string the
+    /// grant gave (an integer is still read, deprecated).
+    #[serde(default, deserialize_with = "crate::input::exact_id::optional")]
+    #[schema(schema_with = crate::input::exact_id::optional_input_schema)]
     pub lease_id: Option<i64>,
     /// Slots the client's local fallback spent (`degraded` decisions) while
     /// the arbiter was unreachable: added to the quota's window the database

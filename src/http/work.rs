@@ -37,7 +37,9 @@ pub struct EnqueueBody {
     #[schema(minimum = 1, maximum = 9)]
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     pub priority: Option<i16>,
-    /// What the worker needs to do the work (at most 8 KiB of JSON).
+    /// What the worker needs to do the work (at most 8 KiB of JSON); none
+    /// is `null`, for work that its `ref` alone names.
+    #[serde(default)]
     #[schema(schema_with = crate::input::schema::payload)]
     pub payload: serde_json::Value,
     /// Idempotency key: the same ref is the same item.

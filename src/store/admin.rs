@@ -67,6 +67,17 @@ pub struct WindowRow {
     pub unthrottled: i64,
 }
 
+/// What a patch does to a quota or flow that does not exist yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenMissing {
+    /// The CLI's `quota` and `flow` commands declare it: a quota from the
+    /// default ceiling, a flow when the patch names its quota.
+    Create,
+    /// The API's `PATCH` changes what exists: a missing object is a 404
+    /// (`PUT` creates), so a typo'd name creates nothing.
+    NotFound,
+}
+
 /// Why a change to the catalog was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -116,12 +127,18 @@ impl Store {
         actor: &str,
         name: &str,
         patch: QuotaPatch,
+        when_missing: WhenMissing,
         default_ceiling: i64,
     ) -> Result<QuotaRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let current = sqlx::query_file_as!(QuotaSettings, "sql/lock_quota.sql", name)
             .fetch_optional(&mut *tx)
             .await?;
+        if current.is_none() && when_missing == WhenMissing::NotFound {
+            return Err(CatalogError::NotFound(format!(
+                "no quota `{name}`; PUT creates it"
+            )));
+        }
         let settings = patch
             .applied_to(current, default_ceiling)
             .map_err(CatalogError::Invalid)?;
@@ -185,6 +202,7 @@ impl Store {
         actor: &str,
         name: &str,
         patch: FlowPatch,
+        when_missing: WhenMissing,
         create_quota: Option<i64>,
     ) -> Result<FlowRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
@@ -200,6 +218,11 @@ impl Store {
                 // The table's CHECK admits only `off` and `local`.
                 fallback: row.fallback.parse().unwrap_or_default(),
             });
+        if current.is_none() && when_missing == WhenMissing::NotFound {
+            return Err(CatalogError::NotFound(format!(
+                "no flow `{name}`; PUT creates it"
+            )));
+        }
         let settings = patch.applied_to(current).map_err(|error| match error {
             FlowPatchError::NoSuchFlow => CatalogError::NotFound(format!(
                 "no flow `{name}`; to create it, name its quota (`quota`, or --quota)"

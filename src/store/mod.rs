@@ -25,7 +25,7 @@ mod slots;
 mod stream;
 pub mod work;
 
-pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WindowRow};
+pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WhenMissing, WindowRow};
 pub use admit::RouteClassRow;
 pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
 pub use keys::{ActiveKey, KeyRow};

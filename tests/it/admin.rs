@@ -164,6 +164,91 @@ async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
     assert_eq!(decision["mode"], "enforce");
 }
 
+/// PATCH changes what exists; PUT creates. A typo'd or deleted name is a 404
+/// and leaves no row behind (schemathesis's stateful check: a deleted
+/// resource must stay gone).
+#[sqlx::test]
+async fn patch_of_a_missing_quota_or_flow_is_a_404(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    let patch = |path: &'static str, body: Value| {
+        app.admin(Method::PATCH, path)
+            .header("content-type", "application/merge-patch+json")
+            .body(body.to_string())
+            .send()
+    };
+    let rows = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {table}"))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    for (path, body, named) in [
+        ("/v1/quotas/ppff", json!({"hourly_ceiling": 10}), "`ppff`"),
+        (
+            "/v1/flows/invoce",
+            json!({"quota": "ppf", "priority": 1}),
+            "`invoce`",
+        ),
+    ] {
+        let response = patch(path, body).await.unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(
+            problem["type"],
+            "https://quota-arbiter.dev/problems/not-found"
+        );
+        assert!(
+            problem["detail"].as_str().unwrap().contains(named),
+            "{problem}"
+        );
+    }
+    assert_eq!(
+        (rows("quota").await, rows("flow").await),
+        (0, 0),
+        "nothing created"
+    );
+
+    // Created by PUT, PATCH changes it; deleted, it is a 404 again.
+    app.admin_json(
+        Method::PUT,
+        "/v1/quotas/ppf",
+        Some(json!({"hourly_ceiling": 10})),
+    )
+    .await;
+    app.admin_json(
+        Method::PUT,
+        "/v1/flows/invoice",
+        Some(json!({"quota": "ppf"})),
+    )
+    .await;
+    let changed: Value = app
+        .admin_json(
+            Method::PATCH,
+            "/v1/flows/invoice",
+            Some(json!({"priority": 1})),
+        )
+        .await;
+    assert_eq!(changed["priority"], 1);
+    for path in ["/v1/flows/invoice", "/v1/quotas/ppf"] {
+        let gone = app.admin(Method::DELETE, path).send().await.unwrap();
+        assert_eq!(gone.status(), 204, "{path}");
+    }
+    for (path, body) in [
+        ("/v1/flows/invoice", json!({"priority": 2})),
+        ("/v1/quotas/ppf", json!({"hourly_ceiling": 20})),
+    ] {
+        assert_eq!(patch(path, body).await.unwrap().status(), 404, "{path}");
+    }
+    assert_eq!(
+        (rows("quota").await, rows("flow").await),
+        (0, 0),
+        "still gone"
+    );
+}
+
 #[sqlx::test]
 async fn admin_input_is_validated(pool: PgPool) {
     let app = TestApp::spawn(pool).await;

@@ -451,7 +451,11 @@ async fn cadence_places_headroom_and_claims_together_never_over_grant(pool: PgPo
                 }
                 seen.slots.lock().unwrap()[2] += items.len() as i64;
                 for item in items {
-                    let lease_id = item["decision"]["lease_id"].as_i64().unwrap();
+                    let lease_id: i64 = item["decision"]["lease_id"]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
                     seen.hold(lease_id);
                     tokio::time::sleep(Duration::from_millis(4)).await;
                     seen.free(lease_id);
@@ -513,6 +517,47 @@ async fn lease_ids_cannot_be_guessed_from_one_another(pool: PgPool) {
         .lease_id
         .unwrap();
     assert!(!ids.contains(&next));
+}
+
+/// 60 random bits do not survive a double (JavaScript's JSON.parse, jq):
+/// a lease id travels as a string of digits, and a report gives it back as
+/// the string or, deprecated, as the integer.
+#[sqlx::test]
+async fn lease_ids_travel_as_strings_and_are_released_either_way(pool: PgPool) {
+    create_flow(&pool, "api", 1000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 1").await;
+    let app = TestApp::spawn(pool.clone()).await;
+    for as_integer in [false, true] {
+        let granted = app
+            .post_json("/v1/reserve", json!({"flow": "invoice"}))
+            .await;
+        let text = granted["lease_id"].as_str().expect("a string").to_string();
+        let id: i64 = text.parse().expect("decimal digits");
+        let held = app.reserve(json!({"flow": "invoice"})).await;
+        assert_eq!(held.outcome, Outcome::Deferred, "the one place is held");
+        let lease_id = if as_integer { json!(id) } else { json!(text) };
+        let freed = app
+            .post_json(
+                "/v1/report",
+                json!({"flow": "invoice", "lease_id": lease_id}),
+            )
+            .await;
+        assert_eq!(freed["released"], true, "{lease_id}: {freed}");
+    }
+    for bad in [
+        json!("12a"),
+        json!(""),
+        json!("99999999999999999999"),
+        json!(1.5),
+    ] {
+        let refused = app
+            .post("/v1/report")
+            .json(&json!({"flow": "invoice", "lease_id": bad}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 422, "{bad}");
+    }
 }
 
 #[sqlx::test]

@@ -264,18 +264,19 @@ async fn typos_are_refused_not_absorbed(pool: PgPool) {
     )
     .await;
 
-    // A flow naming a quota that does not exist creates nothing.
-    for method in [Method::PUT, Method::PATCH] {
+    // A flow naming a quota that does not exist creates nothing: PUT names
+    // the quota, PATCH (which changes only what exists) the flow.
+    for (method, status, named) in [(Method::PUT, 422, "`pff`"), (Method::PATCH, 404, "`x`")] {
         let response = app
             .admin(method.clone(), "/v1/flows/x")
             .json(&json!({"quota": "pff"}))
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 422, "{method}");
+        assert_eq!(response.status(), status, "{method}");
         let problem: Value = response.json().await.unwrap();
         assert!(
-            problem["detail"].as_str().unwrap().contains("`pff`"),
+            problem["detail"].as_str().unwrap().contains(named),
             "{problem}"
         );
     }

@@ -58,8 +58,10 @@ async fn enqueue_is_idempotent_by_ref_and_validated(pool: PgPool) {
     let (status, again) = enqueue(&app, body).await;
     assert_eq!((status, again.id), (200, first.id), "same ref, same item");
     let big = "x".repeat(9000);
+    // A ref alone names the work: no payload is `null`.
+    let (status, bare) = enqueue(&app, json!({"flow": "invoice", "ref": "inv-2"})).await;
+    assert_eq!((status, &bare.payload), (201, &Value::Null));
     for bad in [
-        json!({"flow": "invoice"}),
         json!({"flow": "", "payload": {}}),
         json!({"flow": "invoice", "payload": {}, "priority": 0}),
         json!({"flow": "invoice", "payload": {"blob": big}}),

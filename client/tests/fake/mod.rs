@@ -64,7 +64,7 @@ pub fn granted(flow: &str) -> Reply {
         200,
         json!({"outcome": "granted", "flow": flow, "quota": "ppf", "mode": "enforce",
             "window_start": "2026-11-30T14:00:00Z", "retry_at": null, "retry_after_seconds": null,
-            "would_defer": false, "limit": null, "lease_id": 42, "valid_until": null}),
+            "would_defer": false, "limit": null, "lease_id": "42", "valid_until": null}),
     )
 }
 
