@@ -10,6 +10,7 @@ mod claim_plans;
 mod client;
 mod config;
 mod dashboard;
+mod docs;
 mod enqueue_groups;
 mod gateway;
 mod helpers;
