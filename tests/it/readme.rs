@@ -1,7 +1,16 @@
 //! The README is executable: every fenced `sh` and `sql` block of README.md
 //! runs, in document order, against one live replica (a real
 //! `quota-arbiter serve` process) on a fresh database, so an example cannot
-//! drift from the behaviour unnoticed.
+//! drift from the behaviour unnoticed. So is the book: every chapter that
+//! `docs/SUMMARY.md` lists runs the same way, each against a fresh database
+//! and a replica of its own (a chapter without a runnable block starts
+//! nothing), all chapters at once. What is said below of the README holds for
+//! every chapter; a failure names the file and its line.
+//!
+//! The same module checks the links of the README, `client/README.md`,
+//! `CHANGELOG.md` and the chapters: a relative link points at a file or
+//! directory that exists, and a `#fragment` into a Markdown file is the anchor
+//! of one of its headings (see [`anchor_of`]).
 //!
 //! **sh blocks** (also tagged `bash` or `shell`) run with `bash` under
 //! `set -euo pipefail`, each in a process of its own (only the database and the
@@ -51,6 +60,7 @@
 //! by default. Other fenced blocks (rust, toml, plain) are not run; the two
 //! configuration files the README points at are loaded by a test of their own.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -58,6 +68,7 @@ use std::time::{Duration, Instant};
 use figment::Jail;
 use quota_arbiter::config::Config;
 use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{database_url, postgres_host_port, Replica, ADMIN_TOKEN};
@@ -81,42 +92,217 @@ async fn every_readme_example_runs_as_written(pool: PgPool) {
     let replica = Replica::spawn(&url).await;
     let shell = ShellEnv::new(&url, &replica.base);
 
-    let (mut ran, mut outputs_checked) = (0, 0);
-    for block in &blocks {
-        let (Some(language), None, false) = (
-            &block.language,
-            &block.annotations.skip,
-            block.annotations.output,
-        ) else {
+    let (ran, outputs_checked) = run_blocks("README.md", &blocks, &shell, &pool)
+        .await
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        ran > 0 && outputs_checked > 0,
+        "the README ran {ran} blocks and checked {outputs_checked} outputs: the parser lost them"
+    );
+}
+
+/// Every chapter of the book, each against a database and a replica of its
+/// own, all at once; every failing chapter is reported.
+#[sqlx::test]
+async fn every_book_example_runs_as_written(pool: PgPool) {
+    require_tools().await;
+    // Short names: PostgreSQL truncates identifiers past 63 bytes, and the
+    // test's own database name is that long already.
+    let prefix = format!("qa_book_{}", std::process::id());
+    let mut chapters = tokio::task::JoinSet::new();
+    let mut runnable = 0;
+    for (n, chapter) in book_chapters().into_iter().enumerate() {
+        let name = format!("docs/{chapter}");
+        let text = std::fs::read_to_string(repository_root().join(&name))
+            .unwrap_or_else(|error| panic!("{name}, listed in docs/SUMMARY.md: {error}"));
+        let blocks = parse_readme(&text).unwrap_or_else(|problem| panic!("{name}: {problem}"));
+        if !blocks.iter().any(Block::runs) {
             continue;
+        }
+        runnable += 1;
+        let (database, admin) = (format!("{prefix}_book{n}"), pool.clone());
+        chapters.spawn(async move {
+            let result = run_chapter(&name, &blocks, &database, &admin).await;
+            (name, result)
+        });
+    }
+    let mut failures = Vec::new();
+    let (mut ran, mut outputs_checked) = (0, 0);
+    while let Some(joined) = chapters.join_next().await {
+        match joined.expect("a chapter's task ends") {
+            (_, Ok((blocks, outputs))) => {
+                ran += blocks;
+                outputs_checked += outputs;
+            }
+            (_, Err(failure)) => failures.push(failure),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runnable} chapters fail:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert!(
+        runnable > 0 && ran > 0 && outputs_checked > 0,
+        "the book ran {ran} blocks of {runnable} chapters and checked {outputs_checked} outputs: \
+         the parser lost them"
+    );
+}
+
+/// The chapters `docs/SUMMARY.md` lists, as paths under `docs/`, in its order.
+fn book_chapters() -> Vec<String> {
+    let summary = std::fs::read_to_string(repository_root().join("docs/SUMMARY.md")).unwrap();
+    let mut chapters = Vec::new();
+    for line in summary.lines() {
+        for link in markdown_links(line) {
+            if link.ends_with(".md") && !chapters.contains(&link) {
+                chapters.push(link);
+            }
+        }
+    }
+    assert!(!chapters.is_empty(), "docs/SUMMARY.md lists no chapter");
+    chapters
+}
+
+/// One chapter: a database made and migrated for it, a replica on it, its
+/// blocks in order; the database goes when the chapter is done, failed or not.
+async fn run_chapter(
+    name: &str,
+    blocks: &[Block],
+    database: &str,
+    admin: &PgPool,
+) -> Result<(usize, usize), String> {
+    let setup = |problem: String| format!("{name}: {problem}");
+    let _dropped = ScratchDatabase::create(admin, database)
+        .await
+        .map_err(setup)?;
+    let url = url_of_database(database);
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&url)
+        .await
+        .map_err(|error| setup(format!("connecting to {database}: {error}")))?;
+    quota_arbiter::store::migrate(&pool)
+        .await
+        .map_err(|error| setup(format!("migrating {database}: {error}")))?;
+    let replica = Replica::spawn(&url).await;
+    wait_until_ready(&replica.base).await.map_err(setup)?;
+    let shell = ShellEnv::new(&url, &replica.base);
+    let result = run_blocks(name, blocks, &shell, &pool).await;
+    pool.close().await;
+    result
+}
+
+/// A database of the test's own beside the one `#[sqlx::test]` made, dropped
+/// (with whoever is still connected) when this goes out of scope.
+struct ScratchDatabase {
+    name: String,
+    admin_url: String,
+}
+
+impl ScratchDatabase {
+    async fn create(admin: &PgPool, name: &str) -> Result<Self, String> {
+        let dropped = Self {
+            name: name.into(),
+            admin_url: database_url(admin, &postgres_host_port()).await,
         };
+        // One left behind by a run that was killed, under a reused process id.
+        for statement in [
+            format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#),
+            format!(r#"CREATE DATABASE "{name}""#),
+        ] {
+            sqlx::raw_sql(&statement)
+                .execute(admin)
+                .await
+                .map_err(|error| format!("{statement}: {error}"))?;
+        }
+        Ok(dropped)
+    }
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        let dropped = std::process::Command::new("psql")
+            .arg(&self.admin_url)
+            .arg("-qXc")
+            .arg(format!(
+                r#"DROP DATABASE IF EXISTS "{}" WITH (FORCE)"#,
+                self.name
+            ))
+            .stdout(Stdio::null())
+            .status();
+        if !dropped.is_ok_and(|status| status.success()) {
+            eprintln!("could not drop the scratch database {}", self.name);
+        }
+    }
+}
+
+/// The URL of database `name` on the test server.
+fn url_of_database(name: &str) -> String {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for the tests");
+    let (scheme, rest) = base.split_once("://").expect("a URL");
+    let user = rest
+        .rsplit_once('@')
+        .map(|(user, _)| format!("{user}@"))
+        .unwrap_or_default();
+    format!("{scheme}://{user}{}/{name}", postgres_host_port())
+}
+
+/// The replica listens before it has read its catalog: the examples start once
+/// it is ready.
+async fn wait_until_ready(base: &str) -> Result<(), String> {
+    let client = reqwest::Client::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = client.get(format!("{base}/readyz")).send().await;
+        if ready.is_ok_and(|answer| answer.status() == 200) {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err("the replica was not ready within 20 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs the blocks of `document` in order; how many ran and how many shown
+/// outputs were checked, or the first failure, naming the document and line.
+async fn run_blocks(
+    document: &str,
+    blocks: &[Block],
+    shell: &ShellEnv,
+    pool: &PgPool,
+) -> Result<(usize, usize), String> {
+    let (mut ran, mut outputs_checked) = (0, 0);
+    for block in blocks.iter().filter(|block| block.runs()) {
         let started = Instant::now();
-        let result = match language {
-            Language::Sh => run_sh(block, &shell).await,
-            Language::Sql => run_sql(block, &pool).await.map(|()| 0),
+        let result = match block.language {
+            Some(Language::Sh) => run_sh(block, shell).await,
+            Some(Language::Sql) => run_sql(block, pool).await.map(|()| 0),
+            None => unreachable!("only sh and sql blocks run"),
         };
         match result {
             Ok(checked) => {
                 ran += 1;
                 outputs_checked += checked;
                 println!(
-                    "README line {}: ```{} ok in {:.1?}, {checked} output(s) checked",
+                    "{document} line {}: ```{} ok in {:.1?}, {checked} output(s) checked",
                     block.fence_line,
                     block.info,
                     started.elapsed()
                 );
             }
-            Err(failure) => panic!(
-                "README.md line {} (```{} block) fails:\n{failure}\n\nFix the example, or \
-                 annotate the block as described at the top of tests/it/readme.rs.",
-                block.fence_line, block.info
-            ),
+            Err(failure) => {
+                return Err(format!(
+                    "{document} line {} (```{} block) fails:\n{failure}\n\nFix the example, or \
+                     annotate the block as described at the top of tests/it/readme.rs.",
+                    block.fence_line, block.info
+                ))
+            }
         }
     }
-    assert!(
-        ran > 0 && outputs_checked > 0,
-        "the README ran {ran} blocks and checked {outputs_checked} outputs: the parser lost them"
-    );
+    Ok((ran, outputs_checked))
 }
 
 /// The files the README points at for configuration load as they are.
@@ -233,6 +419,11 @@ struct Block {
 }
 
 impl Block {
+    /// Whether the block runs: an sh or sql block neither skipped nor output.
+    fn runs(&self) -> bool {
+        self.language.is_some() && self.annotations.skip.is_none() && !self.annotations.output
+    }
+
     /// The README line of body line `index`.
     fn line_of(&self, index: usize) -> usize {
         self.fence_line + 1 + index
@@ -478,7 +669,7 @@ async fn run_sh(block: &Block, shell: &ShellEnv) -> Result<usize, String> {
             .map(|(n, line)| format!("{:>5} | {line}\n", n + 1))
             .collect();
         let numbering = if aligned {
-            "README lines"
+            "the document's lines"
         } else {
             "script lines"
         };
@@ -519,7 +710,7 @@ async fn run_sh(block: &Block, shell: &ShellEnv) -> Result<usize, String> {
         })?;
         if let Some(difference) = mismatch(&want, &got, "$") {
             return Err(report(format!(
-                "line {line}: the output differs from the README at {difference}\nprinted: {got}"
+                "line {line}: the output differs from the example at {difference}\nprinted: {got}"
             )));
         }
     }
@@ -581,7 +772,7 @@ fn mismatch(shown: &Value, got: &Value, path: &str) -> Option<String> {
         (Value::Object(shown), Value::Object(got)) => shown.iter().find_map(|(key, value)| {
             let path = format!("{path}.{key}");
             match got.get(key) {
-                None => Some(format!("{path}: missing (the README shows {value})")),
+                None => Some(format!("{path}: missing (the example shows {value})")),
                 Some(got) => mismatch(value, got, &path),
             }
         }),
@@ -591,7 +782,7 @@ fn mismatch(shown: &Value, got: &Value, path: &str) -> Option<String> {
             .enumerate()
             .find_map(|(n, (shown, got))| mismatch(shown, got, &format!("{path}[{n}]"))),
         _ if shown == got => None,
-        _ => Some(format!("{path}: the README shows {shown}, got {got}")),
+        _ => Some(format!("{path}: the example shows {shown}, got {got}")),
     }
 }
 
@@ -645,6 +836,294 @@ async fn run_sql(block: &Block, pool: &PgPool) -> Result<(), String> {
     Ok(())
 }
 
+/// The documents whose links are checked beside the book's chapters; one
+/// that does not exist (yet) is left out.
+const LINKED_DOCUMENTS: &[&str] = &["README.md", "client/README.md", "CHANGELOG.md"];
+
+#[test]
+fn every_relative_link_resolves() {
+    let root = repository_root();
+    let mut documents: Vec<PathBuf> = LINKED_DOCUMENTS
+        .iter()
+        .map(|document| root.join(document))
+        .filter(|document| document.exists())
+        .collect();
+    documents.push(root.join("docs/SUMMARY.md"));
+    documents.extend(
+        book_chapters()
+            .iter()
+            .map(|chapter| root.join("docs").join(chapter)),
+    );
+    let shown = |path: &Path| {
+        path.strip_prefix(&root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    };
+
+    let mut anchors: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
+    let (mut broken, mut checked) = (Vec::new(), 0);
+    for document in &documents {
+        let Ok(text) = std::fs::read_to_string(document) else {
+            broken.push(format!(
+                "{}: listed in docs/SUMMARY.md, missing",
+                shown(document)
+            ));
+            continue;
+        };
+        for (line, target) in links_of(&text) {
+            if is_external(&target) {
+                continue;
+            }
+            checked += 1;
+            let (path, fragment) = match target.split_once('#') {
+                Some((path, fragment)) => (path, Some(fragment)),
+                None => (target.as_str(), None),
+            };
+            let path = percent_decoded(path.split('?').next().unwrap_or(""));
+            let file = if path.is_empty() {
+                document.clone()
+            } else if let Some(from_root) = path.strip_prefix('/') {
+                root.join(from_root)
+            } else {
+                document.parent().unwrap().join(&path)
+            };
+            let at = format!("{}:{line}: ({target})", shown(document));
+            if !file.exists() {
+                broken.push(format!("{at}: no file {}", shown(&file)));
+                continue;
+            }
+            let Some(fragment) = fragment.filter(|f| !f.is_empty()) else {
+                continue;
+            };
+            if file.extension().is_some_and(|ext| ext == "md") {
+                let file = file.canonicalize().unwrap();
+                let known = anchors.entry(file.clone()).or_insert_with(|| {
+                    anchors_of(&std::fs::read_to_string(&file).unwrap_or_default())
+                });
+                if !known.contains(fragment) {
+                    broken.push(format!(
+                        "{at}: no heading of {} has the anchor #{fragment}",
+                        shown(&file)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "{} broken links (an anchor is a heading's text in lowercase, spaces as `-`, \
+         other punctuation dropped):\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+    assert!(checked > 0, "no relative link found: the parser lost them");
+}
+
+fn is_external(target: &str) -> bool {
+    target.contains("://") || target.starts_with("mailto:")
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes
+            .get(at + 1..at + 3)
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match (bytes[at], hex) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+/// The lines of `text` outside fenced code blocks and HTML comments, with
+/// their line numbers.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut lines = Vec::new();
+    let (mut fence, mut in_comment): (Option<&str>, bool) = (None, false);
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(open) = fence {
+            if trimmed.starts_with(open) && trimmed.trim_start_matches(open).trim().is_empty() {
+                fence = None;
+            }
+            continue;
+        }
+        if in_comment {
+            in_comment = !line.contains("-->");
+            continue;
+        }
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            fence = Some(&trimmed[..3]);
+            continue;
+        }
+        if let Some((_, after)) = line.split_once("<!--") {
+            in_comment = !after.contains("-->");
+            if trimmed.starts_with("<!--") {
+                continue;
+            }
+        }
+        lines.push((n + 1, line));
+    }
+    lines
+}
+
+/// `line` without its inline code spans.
+fn without_code_spans(line: &str) -> String {
+    let mut kept = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(start) = rest.find('`') {
+        let ticks = rest[start..].chars().take_while(|&c| c == '`').count();
+        let fence = "`".repeat(ticks);
+        let after = &rest[start + ticks..];
+        match after.find(&fence) {
+            Some(end) => {
+                kept.push_str(&rest[..start]);
+                rest = &after[end + ticks..];
+            }
+            None => {
+                kept.push_str(&rest[..start + ticks]);
+                rest = after;
+            }
+        }
+    }
+    kept.push_str(rest);
+    kept
+}
+
+/// The targets of the inline links and images of one line of prose, and of a
+/// reference definition (`[name]: target`).
+fn markdown_links(line: &str) -> Vec<String> {
+    let line = without_code_spans(line);
+    let mut targets = Vec::new();
+    let definition = line.trim_start();
+    if definition.starts_with('[') && !definition.starts_with("[^") {
+        if let Some((_, target)) = definition.split_once("]:") {
+            if let Some(target) = target.split_whitespace().next() {
+                targets.push(target.trim_matches(['<', '>']).to_string());
+            }
+            return targets;
+        }
+    }
+    let mut rest = line.as_str();
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        let target = if let Some(inside) = rest.strip_prefix('<') {
+            inside.split('>').next().unwrap_or("")
+        } else {
+            let mut depth = 0;
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| match c {
+                    '(' => {
+                        depth += 1;
+                        false
+                    }
+                    ')' if depth == 0 => true,
+                    ')' => {
+                        depth -= 1;
+                        false
+                    }
+                    c => c.is_whitespace(),
+                })
+                .map_or(rest.len(), |(end, _)| end);
+            &rest[..end]
+        };
+        if !target.is_empty() {
+            targets.push(target.to_string());
+        }
+    }
+    targets
+}
+
+fn links_of(text: &str) -> Vec<(usize, String)> {
+    prose_lines(text)
+        .into_iter()
+        .flat_map(|(n, line)| markdown_links(line).into_iter().map(move |link| (n, link)))
+        .collect()
+}
+
+/// The anchor of every heading of a Markdown document, as mdBook and GitHub
+/// write them: the heading's text (code, links and emphasis reduced to their
+/// words) in lowercase, whitespace as `-`, punctuation but `-` and `_`
+/// dropped; a repeated anchor gets `-1`, `-2`, ….
+fn anchors_of(text: &str) -> BTreeSet<String> {
+    let mut anchors = BTreeSet::new();
+    for (_, line) in prose_lines(text) {
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let base = anchor_of(line[hashes..].trim().trim_end_matches('#').trim());
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while !anchors.insert(anchor.clone()) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+    }
+    anchors
+}
+
+fn anchor_of(heading: &str) -> String {
+    // A link's text stays, its target goes.
+    let mut words = String::new();
+    let mut rest = heading;
+    while let Some(at) = rest.find("](") {
+        words.push_str(&rest[..at]);
+        rest = rest[at..].split_once(')').map_or("", |(_, after)| after);
+    }
+    words.push_str(rest);
+    words
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '-' || c == '_' => {
+                Some(c.to_lowercase().next().unwrap())
+            }
+            c if c.is_whitespace() => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn links_and_anchors_are_read_as_mdbook_and_github_write_them() {
+    assert_eq!(
+        markdown_links(
+            "See [the guide](guide/x.md#a-b), ![img](p.png \"title\") and `[no](code.md)`."
+        ),
+        ["guide/x.md#a-b", "p.png"]
+    );
+    assert_eq!(markdown_links("[ref]: ../src/lib.rs"), ["../src/lib.rs"]);
+    assert_eq!(markdown_links("[a](<with space.md>)"), ["with space.md"]);
+    let text = "# Title\n```sh\n# not a heading\n```\n## `POST /v1/reserve`\n\
+                ### GET /v1/work/{id}\n## 1. The problem\n## Title\n\
+                <!-- readme: setup:\n# not a heading\n-->\n## [Linked](x.md) *words*\n";
+    let anchors: Vec<String> = anchors_of(text).into_iter().collect();
+    assert_eq!(
+        anchors,
+        [
+            "1-the-problem",
+            "get-v1workid",
+            "linked-words",
+            "post-v1reserve",
+            "title",
+            "title-1"
+        ]
+    );
+    assert_eq!(percent_decoded("a%20b.md"), "a b.md");
+}
+
 #[test]
 fn output_comments_are_found_after_their_command() {
     let body: Vec<String> = [
@@ -684,7 +1163,7 @@ fn shown_output_matches_by_subset_with_ellipses() {
         shown_json(r#"{"decisions": [{"ref": "a"}, {"outcome": "granted", ...}]}"#).unwrap();
     assert_eq!(
         mismatch(&wrong, &got, "$").as_deref(),
-        Some(r#"$.decisions[1].outcome: the README shows "granted", got "deferred""#)
+        Some(r#"$.decisions[1].outcome: the example shows "granted", got "deferred""#)
     );
     let shorter = shown_json(r#"{"decisions": [{"ref": "a"}]}"#).unwrap();
     assert!(
