@@ -95,6 +95,9 @@ pub fn required_access(method: &Method, path: &str) -> Access {
         }
         // A gateway asks before admitting each request of its callers.
         "/v1/admit" if read || write => Access::AtLeast(Role::Worker),
+        // The worker client follows its quotas' shares with its own key
+        // (design.md §10): the share is what its local fallback spends.
+        "/v1/stream" if read => Access::AtLeast(Role::Worker),
         _ => match work_item_action(path) {
             Some("") if read => Access::AtLeast(Role::Worker),
             Some("done" | "release") if write => Access::AtLeast(Role::Worker),
@@ -264,6 +267,7 @@ mod tests {
         assert_eq!(required_access(&Method::GET, "/v1/work/17"), worker);
         assert_eq!(required_access(&Method::GET, "/v1/admit"), worker);
         assert_eq!(required_access(&Method::POST, "/v1/admit"), worker);
+        assert_eq!(required_access(&Method::GET, "/v1/stream"), worker);
     }
 
     #[test]

@@ -148,6 +148,8 @@ async fn each_role_reaches_its_class_of_endpoint_and_no_further(pool: PgPool) {
             "/v1/report",
             Some(json!({"flow": "invoice", "status": 429})),
         ),
+        // The worker client follows its share with its own key.
+        (Method::GET, "/v1/stream?flow=invoice", None),
     ];
     let writes = [
         (Method::GET, "/v1/quotas", None),
