@@ -2,7 +2,7 @@
 -- caller $1[i] (a SHA-256 bucket key) of tenant $2[i] ('' for anonymous
 -- callers), in that order; buckets of burst $4 and rate $5/s, capacity $6 per
 -- window of $8 seconds, of which one tenant may take $7. The statement is
--- admit_callers() (migration 20261130000022): it takes the class's lock,
+-- admit_callers() (sql/functions/admit_callers.sql): it takes the class's lock,
 -- reads the buckets, tenant rows and the class's row, decides each request
 -- all or nothing and writes each row it changed once.
 -- One row per request, in request order: `refused_by` NULL when admitted;

@@ -1,6 +1,6 @@
 -- Takes for groups of asks on paced quotas, one group per quota, in one
--- statement: take_paced_across() (described in migration 20261130000021;
--- the statement as it runs now is migration 20261130000024's). Quota i of
+-- statement: take_paced_across() (sql/functions/take_paced_across.sql,
+-- which describes it). Quota i of
 -- $1 asks $9[$2[i]:$3[i]] (slots, in rationing order) for the flows
 -- $10[$2[i]:$3[i]], against the highest ceiling $4[i] among them; $5[i]:
 -- every ask needs an in-flight place; cadence rate $6[i] and burst $7[i]

@@ -5,8 +5,8 @@
 -- claim reads `pending`); two items of the group with one ref get one item,
 -- created for the first. Each item's id is drawn before the insert, so an
 -- answer finds its own row whatever order the insert returns them in.
--- The statement is enqueue_work() (migration 20261130000028, which says why
--- it is a function: its plan is made without sequential scans).
+-- The statement is enqueue_work() (sql/functions/enqueue_work.sql, which says
+-- why it is a function: its plan is made without sequential scans).
 -- One row per item, `n` its position (from 1); an item whose ref a concurrent
 -- enqueue has inserted but not committed yet has no row: ask again.
 SELECT t.o_n AS "n!", t.o_id AS "id!", t.o_flow AS "flow!", t.o_ref AS reference,

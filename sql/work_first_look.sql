@@ -27,8 +27,8 @@
 -- subquery, one probe of the flow's key per name; as NOT EXISTS, it was planned
 -- as a hash of the whole flow table, built for every claim group. With 2,000
 -- flows in the catalog, that and a walk of every running lease to find the
--- lapsed ones (migration 20261130000027) made the look 0.55 ms a group in the
--- bench; 0.05 ms without them (2026-12-01).
+-- lapsed ones (work_item_lease_idx reads the lapsed ones only) made the look
+-- 0.55 ms a group in the bench; 0.05 ms without them (2026-12-01).
 WITH RECURSIVE pending_flows AS (
     (SELECT flow FROM work_item
      WHERE state = 'pending' AND $1::text[] IS NULL

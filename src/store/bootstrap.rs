@@ -1,15 +1,104 @@
-//! Getting the store ready: pool, database creation, migrations and the
-//! catalog seeded from the config file.
+//! Getting the store ready: pool, database creation, migrations, the SQL
+//! functions and views, and the catalog seeded from the config file.
+//!
+//! The schema is in two parts (docs/operations/upgrades.md):
+//! - `migrations/`: tables, indexes, constraints, triggers and data changes,
+//!   append-only, applied once each by sqlx's migrator ([`MIGRATOR`]);
+//! - `sql/functions/` and `sql/views/`: one file per function or view, its
+//!   current text and nowhere else, applied on every migrate in the order of
+//!   [`FUNCTIONS`] and [`VIEWS`] (the binary carries them).
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::str::FromStr;
+use std::sync::LazyLock;
 
+use anyhow::Context;
 use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+use sqlx::{Executor, PgPool, Postgres};
 
 use crate::config::Config;
 
+/// The migrations in `migrations/`, as every deployed database runs them.
 pub static MIGRATOR: Migrator = sqlx::migrate!();
+
+/// A function or a view: its name and its file's text, `CREATE OR REPLACE`.
+#[derive(Clone, Copy, Debug)]
+pub struct SqlObject {
+    pub name: &'static str,
+    /// Relative to the crate's root: `sql/functions/<name>.sql`.
+    pub path: &'static str,
+    pub sql: &'static str,
+}
+
+macro_rules! sql_object {
+    ($dir:literal, $name:literal) => {
+        SqlObject {
+            name: $name,
+            path: concat!("sql/", $dir, "/", $name, ".sql"),
+            sql: include_str!(concat!("../../sql/", $dir, "/", $name, ".sql")),
+        }
+    };
+}
+
+/// Every function of `sql/functions/`, in the order they are created: a SQL
+/// function after the functions its body calls (PostgreSQL checks a SQL
+/// function's body when it is created; a plpgsql body only when it runs).
+/// Trigger functions are here; their triggers are in `migrations/`.
+pub const FUNCTIONS: &[SqlObject] = &[
+    sql_object!("functions", "arbiter_now"),
+    sql_object!("functions", "window_start_of"),
+    sql_object!("functions", "window_end_of"),
+    sql_object!("functions", "admit_window_of"),
+    sql_object!("functions", "recovered_factor"),
+    sql_object!("functions", "work_state_now"),
+    sql_object!("functions", "new_lease_id"),
+    sql_object!("functions", "catalog_actor"),
+    sql_object!("functions", "audit_catalog_change"),
+    sql_object!("functions", "normalize_enforce_percent"),
+    sql_object!("functions", "sync_quota_limits"),
+    sql_object!("functions", "announce_api_key_change"),
+    sql_object!("functions", "admit_callers"),
+    sql_object!("functions", "take_paced_across"),
+    sql_object!("functions", "enqueue_work"),
+];
+
+/// Every view of `sql/views/`, in the order they are created: a view after
+/// the views it reads. They are dropped in the reverse order first, so a
+/// view's columns may change.
+pub const VIEWS: &[SqlObject] = &[
+    sql_object!("views", "quota_usage"),
+    sql_object!("views", "quota_recent_windows"),
+    sql_object!("views", "observe_would_defer"),
+    sql_object!("views", "bypasses_by_hour"),
+    sql_object!("views", "quota_cadence"),
+    sql_object!("views", "work_pending_by_flow"),
+    sql_object!("views", "work_past_deadline"),
+    sql_object!("views", "work_oldest_pending"),
+    sql_object!("views", "work_waiting_by_flow"),
+];
+
+/// Starts the transaction of a step that creates functions or views: under
+/// the lock replicas take turns on (`sql/objects_lock.sql`), with PostgreSQL's
+/// check of SQL function bodies off (before the migrations: a function may
+/// read a table the migrations have yet to create; `pg_dump` restores
+/// functions the same way) or on (after them: a body that reads a column no
+/// table has fails the migrate, not its first call).
+fn objects_begin(check_function_bodies: bool) -> String {
+    format!(
+        "BEGIN;\n{}\nSET LOCAL check_function_bodies = {};",
+        include_str!("../../sql/objects_lock.sql"),
+        if check_function_bodies { "on" } else { "off" }
+    )
+}
+
+/// The views' drop, in reverse creation order. Only ours: a view someone
+/// built on one of them makes the drop fail rather than vanish with it.
+fn drop_views() -> String {
+    let names: Vec<&str> = VIEWS.iter().rev().map(|view| view.name).collect();
+    format!("DROP VIEW IF EXISTS {};", names.join(", "))
+}
 
 /// A pool that connects on first use, so the service starts (not ready) while
 /// PostgreSQL is down and recovers by itself when it comes back.
@@ -48,9 +137,104 @@ pub async fn ensure_database(config: &Config) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    MIGRATOR.run(pool).await
+/// Brings the database to this build's schema; what `serve` (with
+/// `migrate_on_start`) and `quota-arbiter migrate` run, as often as they like:
+/// 1. the functions of [`FUNCTIONS`] missing from the database are created
+///    (the migrations' column defaults and triggers call them; on a new
+///    database that is all of them);
+/// 2. the migrations not applied yet run ([`MIGRATOR`]);
+/// 3. in one transaction, the views are dropped, every function is created
+///    or replaced and the views are created again, in manifest order.
+///
+/// Steps 1 and 3 hold one advisory lock and sqlx's migrator its own, so
+/// replicas that start together take turns and the last one finds nothing
+/// left but to apply the same functions and views again.
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    create_missing_functions(pool).await?;
+    MIGRATOR.run(pool).await.context("applying migrations/")?;
+    apply_sql_objects(pool).await
 }
+
+/// Step 1 of [`migrate`]. (Each file is sent as it is, `Executor::execute` of
+/// a `&str`: the simple query protocol, no statement prepared.)
+async fn create_missing_functions(pool: &PgPool) -> anyhow::Result<()> {
+    let mut tx = pool.begin_with(objects_begin(false)).await?;
+    let present: HashSet<String> = sqlx::query_file_scalar!("sql/functions_present.sql")
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+    for function in FUNCTIONS.iter().filter(|f| !present.contains(f.name)) {
+        tx.execute(function.sql)
+            .await
+            .with_context(|| format!("creating {}", function.path))?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Step 3 of [`migrate`].
+async fn apply_sql_objects(pool: &PgPool) -> anyhow::Result<()> {
+    let mut tx = pool.begin_with(objects_begin(true)).await?;
+    tx.execute(drop_views().as_str())
+        .await
+        .context("dropping the views of sql/views/")?;
+    for object in FUNCTIONS.iter().chain(VIEWS) {
+        tx.execute(object.sql)
+            .await
+            .with_context(|| format!("applying {}", object.path))?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The migrations for a database created empty: the tests' (every
+/// `#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]`), which
+/// sqlx migrates before a test starts and which would otherwise have no
+/// function nor view. The same migrations as [`MIGRATOR`], with steps 1 and 3
+/// of [`migrate`] inside them: all the functions before the first one, the
+/// views' drop, the functions and the views after the last one, the same
+/// files in the same order. Each migration keeps its version and its
+/// checksum, so a test database records exactly what a migrated one does:
+/// readiness counts the same rows, and [`migrate`] on it (a replica started
+/// on a test's database) finds every migration applied, as on any other.
+/// Never for a deployed database: there the functions and views are applied
+/// on every migrate, outside the migrations, so that changing one changes no
+/// applied migration's checksum (design.md §5: migrations are append-only).
+pub static FRESH_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrations = MIGRATOR.migrations.to_vec();
+    assert!(
+        migrations
+            .iter()
+            .all(|m| !m.no_tx && !m.migration_type.is_down_migration()),
+        "FRESH_MIGRATOR wraps migrations that run in a transaction"
+    );
+    let first = migrations
+        .first_mut()
+        .expect("migrations/ holds the baseline");
+    let functions: Vec<&str> = FUNCTIONS.iter().map(|f| f.sql).collect();
+    first.sql = Cow::Owned(format!(
+        "SET LOCAL check_function_bodies = off;\n{}\nSET LOCAL check_function_bodies = on;\n{}",
+        functions.join("\n"),
+        first.sql
+    ));
+    let last = migrations
+        .last_mut()
+        .expect("migrations/ holds the baseline");
+    let objects: Vec<&str> = FUNCTIONS.iter().chain(VIEWS).map(|o| o.sql).collect();
+    last.sql = Cow::Owned(format!(
+        "{}\n{}\n{}",
+        last.sql,
+        drop_views(),
+        objects.join("\n")
+    ));
+    Migrator {
+        migrations: Cow::Owned(migrations),
+        ignore_missing: MIGRATOR.ignore_missing,
+        locking: MIGRATOR.locking,
+        no_tx: MIGRATOR.no_tx,
+    }
+});
 
 /// Seeds quotas and flows declared in the config file. What the tables already
 /// hold wins: a ceiling changed or a mode flipped at run time is never undone

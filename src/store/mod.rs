@@ -27,7 +27,10 @@ pub mod work;
 
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WhenMissing, WindowRow};
 pub use admit::RouteClassRow;
-pub use bootstrap::{connect_lazy, ensure_database, migrate, seed_catalog, MIGRATOR};
+pub use bootstrap::{
+    connect_lazy, ensure_database, migrate, seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS,
+    MIGRATOR, VIEWS,
+};
 pub use keys::{ActiveKey, KeyRow};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reach::unreachable;
@@ -88,14 +91,20 @@ impl Store {
         Ok(clock_reading!(row))
     }
 
-    /// Ready: the store answers and every migration of this build is applied.
+    /// Ready: the store answers and every migration of this build is applied
+    /// (by version: a database that applied other migrations, e.g. those the
+    /// baseline replaced, is not ready for this build).
     pub async fn is_ready(&self) -> bool {
-        let expected = MIGRATOR.iter().count() as i64;
-        match sqlx::query_file!("sql/readiness.sql")
+        let versions: Vec<i64> = MIGRATOR
+            .iter()
+            .filter(|m| !m.migration_type.is_down_migration())
+            .map(|m| m.version)
+            .collect();
+        match sqlx::query_file!("sql/readiness.sql", &versions)
             .fetch_one(&self.pool)
             .await
         {
-            Ok(row) => row.applied >= expected,
+            Ok(row) => row.applied == versions.len() as i64,
             Err(_) => false,
         }
     }

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use crate::helpers::{create_flow, test_config, TestApp};
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn admin_calls_need_the_bearer_token(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let anonymous = app.get("/v1/quotas").send().await.unwrap();
@@ -31,7 +31,7 @@ async fn admin_calls_need_the_bearer_token(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn without_a_configured_token_admin_is_refused_clearly(pool: PgPool) {
     let config = Config {
         admin_token: None,
@@ -48,7 +48,7 @@ async fn without_a_configured_token_admin_is_refused_clearly(pool: PgPool) {
         .contains("QUOTA_ADMIN_TOKEN"));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let quota: Value = app
@@ -167,7 +167,7 @@ async fn quotas_and_flows_are_created_updated_and_listed(pool: PgPool) {
 /// PATCH changes what exists; PUT creates. A typo'd or deleted name is a 404
 /// and leaves no row behind (schemathesis's stateful check: a deleted
 /// resource must stay gone).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn patch_of_a_missing_quota_or_flow_is_a_404(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let patch = |path: &'static str, body: Value| {
@@ -249,7 +249,7 @@ async fn patch_of_a_missing_quota_or_flow_is_a_404(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn admin_input_is_validated(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let bad = [
@@ -297,7 +297,7 @@ async fn admin_input_is_validated(pool: PgPool) {
     assert_eq!(response.status(), 422);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn windows_report_count_ceiling_and_tallies(pool: PgPool) {
     create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -315,7 +315,7 @@ async fn windows_report_count_ceiling_and_tallies(pool: PgPool) {
 }
 
 /// A cadence inside its bounds is taken as given, the largest of each too.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_quota_takes_a_cadence_within_its_bounds(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     for (rate, burst) in [(2.0, 20.0), (1e6, 1e9), (0.001, 1.0)] {

@@ -114,7 +114,7 @@ impl Seen {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn one_tenant_hammering_takes_no_more_than_its_share_and_the_other_is_admitted(pool: PgPool) {
     // Ten minutes into the hour: the hour-long window does not turn over.
     let pool = pin_clock(&pool, 10).await;
@@ -174,7 +174,7 @@ async fn one_tenant_hammering_takes_no_more_than_its_share_and_the_other_is_admi
     assert!(!metrics.contains("acme") && !metrics.contains("globex-user"));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_refusal_never_carries_another_callers_or_tenants_identifiers(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     let app = TestApp::spawn(pool).await;
@@ -207,7 +207,7 @@ async fn a_refusal_never_carries_another_callers_or_tenants_identifiers(pool: Pg
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_principal_gets_its_burst_at_once_then_the_sustained_rate(pool: PgPool) {
     let first = pin_clock_at(&pool, 600.0).await;
     let app = TestApp::spawn(first).await;
@@ -259,7 +259,7 @@ async fn a_principal_gets_its_burst_at_once_then_the_sustained_rate(pool: PgPool
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn ratelimit_fields_describe_the_callers_own_bucket_and_agree_with_retry_after(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     let app = TestApp::spawn(pool).await;
@@ -302,7 +302,7 @@ async fn ratelimit_fields_describe_the_callers_own_bucket_and_agree_with_retry_a
     assert_eq!(body, json!({"admitted": true}));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn all_or_nothing_a_share_refusal_spends_no_token_a_bucket_refusal_no_slot(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -370,7 +370,7 @@ fn behind_a_proxy_config() -> Config {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn anonymous_callers_share_a_bucket_per_network_range(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     let app = TestApp::spawn_with(pool.clone(), behind_a_proxy_config()).await;
@@ -453,7 +453,7 @@ async fn anonymous_callers_share_a_bucket_per_network_range(pool: PgPool) {
     assert_eq!(admit(&direct, None, "public-apis").await.status(), 429);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_store_cut_is_503_store_unavailable_within_2_s_never_429(pool: PgPool) {
     let (proxy, app) = behind_a_proxy(&pool).await;
     let profile = json!({"burst": 1, "rate": 0.001, "capacity": 1000,
@@ -508,7 +508,7 @@ async fn a_store_cut_is_503_store_unavailable_within_2_s_never_429(pool: PgPool)
 /// has started, and a change made at run time wins over the file when a
 /// replica starts again: the seed inserts a class the table lacks, nothing
 /// else, and says whether it did.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_route_class_of_the_config_file_is_seeded_once_and_run_time_changes_win(pool: PgPool) {
     let declared = RouteClassSettings {
         burst: 20.0,
@@ -544,7 +544,7 @@ async fn a_route_class_of_the_config_file_is_seeded_once_and_run_time_changes_wi
     assert!(store.seed_route_class("others", &declared).await.unwrap());
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let profile = json!({"burst": 20, "rate": 5, "capacity": 600,
@@ -647,7 +647,7 @@ async fn route_classes_are_managed_like_quotas_and_admit_checks_its_input(pool: 
     assert_eq!(again.status(), StatusCode::NOT_FOUND);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn in_keys_mode_a_gateway_admits_with_a_worker_key_and_admins_manage_classes(pool: PgPool) {
     let key = |role: &'static str| {
         let pool = pool.clone();
@@ -712,7 +712,7 @@ async fn in_keys_mode_a_gateway_admits_with_a_worker_key_and_admins_manage_class
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn buckets_full_again_are_pruned_and_others_kept(pool: PgPool) {
     let first = pin_clock_at(&pool, 600.0).await;
     let app = TestApp::spawn(first).await;
@@ -758,7 +758,7 @@ async fn buckets_full_again_are_pruned_and_others_kept(pool: PgPool) {
     assert_eq!(pruned, 4, "two classes: their rows and their tenant's");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn no_log_line_names_a_principal_or_a_tenant(pool: PgPool) {
     let url = database_url(&pool, &postgres_host_port()).await;
     // Debug: every request's span and event, the admission's included.
@@ -815,7 +815,7 @@ async fn no_log_line_names_a_principal_or_a_tenant(pool: PgPool) {
 /// Concurrent admissions on two replicas, decided in groups: still exact.
 /// Capacity 60 an hour, no tenant above 40 % of it (24), no caller above its
 /// burst of 3; 360 requests of 90 callers of 3 tenants, 48 at a time.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_admissions_are_decided_in_groups_and_stay_exact(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     let url = database_url(&pool, &postgres_host_port()).await;
@@ -924,7 +924,7 @@ async fn concurrent_admissions_are_decided_in_groups_and_stay_exact(pool: PgPool
 /// connections, not gathered (several replicas, or a group still in flight):
 /// no limit is passed. Each statement decides a group of two callers; 16
 /// connections, every task released together.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_admission_statements_of_one_class_never_pass_a_limit(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     let store = Store::new(pool.clone());

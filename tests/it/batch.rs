@@ -34,7 +34,7 @@ fn outcomes(decisions: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn ten_items_four_slots_left_go_to_the_earliest_deadlines(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 6, "invoice", "enforce").await;
@@ -112,7 +112,7 @@ async fn ten_items_four_slots_left_go_to_the_earliest_deadlines(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn items_are_all_or_nothing_and_unused_slots_are_given_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
@@ -150,7 +150,7 @@ async fn items_are_all_or_nothing_and_unused_slots_are_given_back(pool: PgPool) 
     assert_eq!(current_count(&pool, "ppf").await, 3);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_batches_never_over_grant(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 25, "invoice", "enforce").await;
@@ -183,7 +183,7 @@ async fn concurrent_batches_never_over_grant(pool: PgPool) {
 /// Observe mode says what enforcement would have done, and enforcement
 /// rations a batch by deadline first: the items that would have been
 /// deferred are the least urgent, wherever they stand in the batch.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn an_observed_batch_would_defer_its_least_urgent_items(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 2, "report", "observe").await;
@@ -215,7 +215,7 @@ async fn an_observed_batch_would_defer_its_least_urgent_items(pool: PgPool) {
     assert!(decisions.iter().all(|d| d["outcome"] == "granted"));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn observe_count_and_unknown_flows_behave_as_in_reserve(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 1, "report", "observe").await;
@@ -251,7 +251,7 @@ async fn observe_count_and_unknown_flows_behave_as_in_reserve(pool: PgPool) {
     assert_eq!(counted, 5, "2 observed + 3 counted after the fact");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_bad_batch_is_refused_whole(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let post = |body: Value| app.post("/v1/reserve/batch").json(&body).send();
@@ -297,7 +297,7 @@ async fn assert_batch_answers_like_reserve(app: &TestApp, body: Value) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_batch_item_answers_field_by_field_like_a_single_reservation(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     // Full windows, one flow per path a batch item can take.
@@ -402,7 +402,7 @@ async fn post_raw(app: &TestApp, path: &str, body: String) -> reqwest::Response 
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_largest_batch_fits_and_one_byte_more_is_too_large(pool: PgPool) {
     let flow = "f".repeat(MAX_NAME_LEN);
     create_flow(&pool, "ppf", 1_000_000_000, &flow, "enforce").await;
@@ -457,7 +457,7 @@ async fn the_largest_batch_fits_and_one_byte_more_is_too_large(pool: PgPool) {
     assert_eq!(post_raw(&app, "/v1/reserve", padded).await.status(), 413);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_batch_on_a_quota_with_headroom_is_shared_out_of_one_take_within_each_flows_share(
     pool: PgPool,
 ) {
@@ -500,7 +500,7 @@ async fn a_batch_on_a_quota_with_headroom_is_shared_out_of_one_take_within_each_
 /// A batch's RateLimit fields: one policy per quota its items drew on, in
 /// the order first drawn on, each with what its tightest item left (a
 /// deferred item: nothing, until its own retry).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn ratelimit_fields_name_each_quota_drawn_on_with_its_tightest_item(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 3, "invoice", "enforce").await;

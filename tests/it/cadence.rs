@@ -22,7 +22,7 @@ async fn bucket_tokens(pool: &PgPool, quota: &str) -> f64 {
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_budget_is_spendable_in_one_burst_right_after_the_hour_turns(pool: PgPool) {
     // A second past the hour: the window is brand new and quiet.
     let pool = pin_clock(&pool, 0).await;
@@ -48,7 +48,7 @@ async fn the_budget_is_spendable_in_one_burst_right_after_the_hour_turns(pool: P
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn cadence_grants_the_burst_at_once_then_the_sustained_rate(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
@@ -102,7 +102,7 @@ async fn cadence_grants_the_burst_at_once_then_the_sustained_rate(pool: PgPool) 
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn budget_and_cadence_are_both_or_neither(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 2, "invoice", "enforce").await;
@@ -147,7 +147,7 @@ async fn budget_and_cadence_are_both_or_neither(pool: PgPool) {
     assert_eq!(current_count(&pool, "api").await, 5);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_full_window_outranks_missing_tokens(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 2, "invoice", "enforce").await;
@@ -172,7 +172,7 @@ async fn a_full_window_outranks_missing_tokens(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_restart_does_not_refill_the_bucket(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 0.01, burst = 3").await;
@@ -191,7 +191,7 @@ async fn a_restart_does_not_refill_the_bucket(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 10, burst = 20").await;
@@ -241,7 +241,7 @@ async fn upstream_429_shrinks_the_cadence_and_quiet_restores_it(pool: PgPool) {
 }
 
 /// A report names a quota the catalog knows, or it is a 404: never a no-op.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_report_about_an_unknown_quota_is_not_found(pool: PgPool) {
     create_flow(&pool, "api", 100, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -264,7 +264,7 @@ async fn quota_row(app: &TestApp) -> Value {
     quotas["quotas"][0].clone()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn expired_leases_free_their_place_and_reports_free_it_sooner(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 1").await;
@@ -323,7 +323,7 @@ async fn expired_leases_free_their_place_and_reports_free_it_sooner(pool: PgPool
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn lease_validity_follows_the_flows_average_hold_time(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 2").await;
@@ -348,7 +348,7 @@ async fn lease_validity_follows_the_flows_average_hold_time(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn eight_concurrent_workers_never_exceed_max_in_flight(pool: PgPool) {
     create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
     // A cadence too, so concurrent grants take slot, bucket and window locks together.
@@ -394,7 +394,7 @@ async fn eight_concurrent_workers_never_exceed_max_in_flight(pool: PgPool) {
     assert!(emitted > 20, "work got done: {emitted}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn headroom_keeps_the_top_of_the_window_for_priority_1(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     sync_and_invoice(&pool, "ppf", 10).await;
@@ -421,7 +421,7 @@ async fn headroom_keeps_the_top_of_the_window_for_priority_1(pool: PgPool) {
     assert_eq!(current_count(&pool, "ppf").await, 10);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn batches_and_claims_respect_the_cadence(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
@@ -469,7 +469,7 @@ async fn batches_and_claims_respect_the_cadence(pool: PgPool) {
     assert_eq!(current_count(&pool, "api").await, 5);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_callers_never_outrun_the_cadence(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
@@ -529,7 +529,7 @@ async fn concurrent_grants(app: &Arc<TestApp>, flows: &[&str], n: usize) -> Vec<
     granted
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_callers_of_mixed_priorities_keep_the_headroom_exact(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     sync_and_invoice(&pool, "ppf", 100).await;
@@ -558,7 +558,7 @@ async fn concurrent_callers_of_mixed_priorities_keep_the_headroom_exact(pool: Pg
     assert_eq!(current_count(&pool, "ppf").await, 100);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn reports_read_the_upstream_status_by_flow_or_by_quota(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 10, burst = 20").await;
@@ -597,7 +597,7 @@ async fn reports_read_the_upstream_status_by_flow_or_by_quota(pool: PgPool) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_reported_duration_feeds_the_flows_average_hold_time(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 2").await;

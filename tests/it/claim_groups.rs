@@ -36,7 +36,7 @@ async fn insert_items(pool: &PgPool, flow: &str, n: i32) {
     .unwrap();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_claims_of_the_same_flows_share_a_lease_transaction(pool: PgPool) {
     create_flow(&pool, "q", 1_000_000, "f", "enforce").await;
     insert_items(&pool, "f", 64).await;
@@ -80,7 +80,7 @@ async fn concurrent_claims_of_the_same_flows_share_a_lease_transaction(pool: PgP
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_its_max(
     pool: PgPool,
 ) {
@@ -132,7 +132,7 @@ async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_it
 /// A claim that stops waiting while its group is still leasing: the items
 /// leased for it are pending again at once, not held until their lease runs
 /// out by a worker that was told 503.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn items_leased_for_a_claim_that_stopped_waiting_are_pending_again(pool: PgPool) {
     create_flow(&pool, "q", 1_000, "f", "enforce").await;
     insert_items(&pool, "f", 3).await;
@@ -225,7 +225,7 @@ async fn claim_each_flow_at_once(
 /// group, every leased item is counted in the window, and no more are leased
 /// than its ceiling. Rounds of concurrent claims wanting more than the
 /// ceiling, so that some group's take falls short of what it asked.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_claims_of_different_flows_never_lease_past_the_ceiling(pool: PgPool) {
     const ROUNDS: usize = 6;
     const CLAIMS: usize = 6;
@@ -263,7 +263,7 @@ async fn concurrent_claims_of_different_flows_never_lease_past_the_ceiling(pool:
 /// (16): each claim's transaction holds a connection while its take needs
 /// another, so with a transaction open per connection no take could run
 /// and every claim waited out its time limit (23 of 24 answered 503).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn more_concurrent_claims_of_different_flows_than_connections_are_all_answered(pool: PgPool) {
     const CLAIMS: usize = 24;
     let pool = pin_clock(&pool, 10).await;
@@ -286,7 +286,7 @@ async fn more_concurrent_claims_of_different_flows_than_connections_are_all_answ
 
 /// With half the pool in claim transactions, the next group waits for its
 /// turn until one of them ends, and its wait is measured from when it asked.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claim_group_waits_for_a_turn_while_half_the_pool_is_in_claims(pool: PgPool) {
     // Two connections: one claim transaction at a time.
     let two = pool_of(&pool, 2).await;
@@ -315,7 +315,7 @@ async fn a_claim_group_waits_for_a_turn_while_half_the_pool_is_in_claims(pool: P
 /// goes back (an over-count only until the give-back runs); none stays
 /// counted for items nobody leased. A trigger that refuses every update of a
 /// work item makes the lease fail.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claim_whose_lease_fails_gives_back_every_slot_it_took(pool: PgPool) {
     create_flow(&pool, "q", 1000, "f", "enforce").await;
     insert_items(&pool, "f", 3).await;

@@ -10,7 +10,7 @@ use crate::helpers::create_flow;
 /// walk still goes down the flow's pending index in rationing order and stops
 /// at the claim's size, instead of reading the whole backlog through a bitmap
 /// and sorting it (161 ms against 0.4 ms for 180,000 items, measured).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claims_walk_over_a_backlog_not_analyzed_yet_follows_the_pending_index(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     // A quarter of a million items, never analyzed: the planner scales the
@@ -89,7 +89,7 @@ async fn grow_the_registry(pool: &PgPool, items: i64) {
 /// instead of reading the whole table (a merge or hash join over every item
 /// to lease 30 of them: 10 ms a group at 20,000 items) or the whole flow
 /// table. Checked by what the claim's transaction read.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claims_statements_planned_on_an_empty_registry_read_by_key_once_it_grew(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     let mut conn = pool.acquire().await.unwrap();
@@ -151,7 +151,7 @@ async fn a_claims_statements_planned_on_an_empty_registry_read_by_key_once_it_gr
 /// The same for an enqueue: a ref seen before is found by the ref's index,
 /// and a flow's priority by the flow's key, however small the registry was
 /// when the statement was first planned (five runs, then the plan is kept).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn an_enqueue_planned_on_an_empty_registry_reads_by_key_once_it_grew(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     let mut conn = pool.acquire().await.unwrap();

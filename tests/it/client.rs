@@ -34,7 +34,7 @@ fn quick_client(base: &str) -> Client {
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn thirty_two_tasks_fill_the_window_then_wait_for_the_next(pool: PgPool) {
     create_flow(&pool, "api", 50, "invoice", "enforce").await;
     // 12 s before the next hour by the database clock (the replica starts in
@@ -101,7 +101,7 @@ async fn degraded_for_ten_seconds(client: Client) -> (usize, u64) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn clients_of_a_stopped_arbiter_keep_their_share_and_the_window_counts_it(pool: PgPool) {
     create_flow(&pool, "api", 1_000_000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 30, burst = 3").await;
@@ -205,7 +205,7 @@ async fn recovered_in_sql(pool: &PgPool, factor: f64, seconds: f64) -> f64 {
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
     // The SQL function the arbiter recovers its adaptive factor with, and
     // the client's, over a few elapsed times.
@@ -222,7 +222,7 @@ async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
 /// The paced statement recovers the factor of every adaptive bucket it
 /// locks: in double precision (numeric exponentiation cost ten times as
 /// much), and a factor already back at 1 stays 1 without a power at all.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_factor_recovers_in_double_precision(pool: PgPool) {
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN (VERBOSE, COSTS OFF) SELECT recovered_factor(factor, factor_at) FROM quota_bucket",
@@ -240,7 +240,7 @@ async fn the_factor_recovers_in_double_precision(pool: PgPool) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
     let mut config = crate::helpers::test_config();
     for (flow, fallback) in [("invoice", Some(Fallback::Local)), ("sync", None)] {
@@ -271,7 +271,7 @@ async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
     create_flow(&pool, "api", 100, "invoice", "enforce").await;
     let pool = pin_clock(&pool, 20).await;

@@ -11,7 +11,7 @@ fn chromium() -> Option<PathBuf> {
     find_on_path(&["chromium", "chromium-browser", "google-chrome"])
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_dashboard_shows_bars_and_numbers_in_chromium(pool: PgPool) {
     let Some(chromium) = chromium() else {
         eprintln!("SKIPPED the_dashboard_shows_bars_and_numbers_in_chromium: no chromium on PATH (.ci/run installs Debian's chromium)");

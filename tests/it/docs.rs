@@ -25,7 +25,7 @@ fn chapter(path: &str) -> String {
 /// `docs/reference/http.md` has one `### METHOD /path` heading per operation
 /// of the document the app serves, and no other; under each, a first line
 /// `Role: …` names the least role the role table gives it in `keys` mode.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_http_reference_has_a_heading_per_operation_with_its_role(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let spec: Value = app

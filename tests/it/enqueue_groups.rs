@@ -39,7 +39,7 @@ async fn enqueue_all(
     answers.into_iter().map(|(_, answer)| answer).collect()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_enqueues_share_an_insert_and_one_ref_is_one_item(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -90,7 +90,7 @@ async fn concurrent_enqueues_share_an_insert_and_one_ref_is_one_item(pool: PgPoo
 
 /// An item the store refuses (here a trigger refuses one ref) fails only
 /// itself: the group it was inserted with is inserted item by item.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn an_item_the_store_refuses_fails_only_itself(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     sqlx::raw_sql(
@@ -170,7 +170,7 @@ async fn an_item_the_store_refuses_fails_only_itself(pool: PgPool) {
 /// with one ref get the one item created for the first, and a ref seen
 /// before answers its existing item (the store's retry would hide a row
 /// missing here, at the cost of another statement).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn one_enqueue_statement_answers_every_item_of_its_group(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     let enqueue = |refs: Vec<Option<&'static str>>| {

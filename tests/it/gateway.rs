@@ -154,7 +154,7 @@ fn header(response: &reqwest::Response, name: &str) -> Option<String> {
     Some(value.to_str().unwrap().to_string())
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn nginx_passes_admission_answers_through_with_their_headers(pool: PgPool) {
     let Some(nginx) = nginx() else {
         eprintln!("SKIPPED gateway test: no nginx (.ci/run installs Debian's nginx)");

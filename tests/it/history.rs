@@ -67,7 +67,7 @@ async fn kept(pool: &PgPool) -> (Vec<i32>, Vec<i32>, i64) {
     (windows, tallies, audit)
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn pruning_goes_oldest_first_a_batch_at_a_time_and_keeps_the_recent_hours(pool: PgPool) {
     let pool = history(&pool).await;
     let store = Store::new(pool.clone());
@@ -119,7 +119,7 @@ async fn pruning_goes_oldest_first_a_batch_at_a_time_and_keeps_the_recent_hours(
     assert_eq!(kept(&pool).await.1, [0]);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_replica_prunes_history_past_its_retention_by_itself(pool: PgPool) {
     let pool = history(&pool).await;
     let config = Config {
@@ -186,7 +186,7 @@ async fn every_replica_prunes_history_past_its_retention_by_itself(pool: PgPool)
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_retention_of_zero_keeps_history_and_the_audit_trail_is_kept_by_default(pool: PgPool) {
     let pool = history(&pool).await;
     // A done work item a day old: once it is gone, a pruning pass has run.
@@ -226,7 +226,7 @@ async fn a_retention_of_zero_keeps_history_and_the_audit_trail_is_kept_by_defaul
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_cli_report_says_how_far_back_it_can_look(pool: PgPool) {
     // The CLI reads its retention from its own configuration: 90 days by default.
     let report = stdout(&cli(&pool, &["report", "--since", "100d"]).await);

@@ -49,7 +49,7 @@ async fn rows(pool: &PgPool, table: &str) -> i64 {
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_nul_anywhere_is_refused_before_the_store(pool: PgPool) {
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -95,7 +95,7 @@ async fn a_nul_anywhere_is_refused_before_the_store(pool: PgPool) {
     assert_eq!(rows(&pool, "work_item").await, 1, "no payload was stored");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn control_characters_in_names_and_refs_are_refused(pool: PgPool) {
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -152,7 +152,7 @@ async fn control_characters_in_names_and_refs_are_refused(pool: PgPool) {
     assert_eq!(rows(&pool, "flow").await, 1, "only `invoice`");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn over_long_values_are_refused_and_lengths_are_characters(pool: PgPool) {
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -201,7 +201,7 @@ async fn over_long_values_are_refused_and_lengths_are_characters(pool: PgPool) {
     assert_eq!(read["payload"], json!([1e300, -1e300]));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_lone_surrogate_is_invalid_input_not_a_malformed_body(pool: PgPool) {
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -227,7 +227,7 @@ async fn a_lone_surrogate_is_invalid_input_not_a_malformed_body(pool: PgPool) {
     assert_eq!(rows(&pool, "work_item").await, 0);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_body_is_an_object_and_integers_may_have_a_zero_fraction(pool: PgPool) {
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;

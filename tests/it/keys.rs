@@ -63,7 +63,7 @@ async fn problem_type(response: reqwest::Response) -> String {
 /// `KEY=$(quota-arbiter keys create …)` captures the key alone, whatever the
 /// command logs (here every statement, as sqlx logs them at debug level; under
 /// load, a slow statement's warning): logs go to standard error.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_created_key_is_alone_on_standard_output_whatever_is_logged(pool: PgPool) {
     let created = cli_with_env(
         &pool,
@@ -81,7 +81,7 @@ async fn a_created_key_is_alone_on_standard_output_whatever_is_logged(pool: PgPo
     assert!(logged.lines().count() > 1, "the logs: {logged}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn keys_are_created_once_listed_without_secrets_and_revoked(pool: PgPool) {
     let created = cli(
         &pool,
@@ -116,7 +116,7 @@ async fn keys_are_created_once_listed_without_secrets_and_revoked(pool: PgPool) 
     assert!(!bad_role.status.success());
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn each_role_reaches_its_class_of_endpoint_and_no_further(pool: PgPool) {
     create_flow(&pool, "ppf", 1000, "invoice", "enforce").await;
     let (operator, worker, admin) = (
@@ -242,7 +242,7 @@ async fn release_with(app: &TestApp, key: &str, lease_id: i64) -> reqwest::Respo
     .await
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn only_the_key_that_took_a_lease_or_an_admin_frees_it(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 1").await;
@@ -286,7 +286,7 @@ async fn only_the_key_that_took_a_lease_or_an_admin_frees_it(pool: PgPool) {
 
 /// Who took a lease is kept past the lease (60 s at most) only until the
 /// pruning task's retention, a batch at a time, the newer records kept.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn lease_holders_past_their_retention_are_pruned_a_batch_at_a_time(pool: PgPool) {
     let store = Store::new(pool.clone());
     let hash = auth::key_hash("any");
@@ -309,7 +309,7 @@ async fn lease_holders_past_their_retention_are_pruned_a_batch_at_a_time(pool: P
     assert_eq!(store.lease_holder(13).await.unwrap(), Some(key_id));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_revoked_key_is_refused_on_another_replica_within_a_second(pool: PgPool) {
     let url = database_url(&pool, &postgres_host_port()).await;
     let keys_mode = [("QUOTA_AUTH", "keys")];
@@ -362,7 +362,7 @@ async fn a_revoked_key_is_refused_on_another_replica_within_a_second(pool: PgPoo
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn open_mode_trusts_every_caller_as_before(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 1").await;

@@ -216,7 +216,7 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
 
 /// The pool's gauges say what it holds at the scrape: connections handed out
 /// and connections idle, which together are the pool's size.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_pool_gauges_count_connections_in_use_and_idle(pool: PgPool) {
     // A pool of its own, so that nothing else holds or keeps a connection.
     let pool = pool_of(&pool, 3).await;
@@ -248,7 +248,7 @@ fn the_checker_finds_what_it_is_meant_to_find() {
     assert_eq!(problems.len(), 3, "{problems:#?}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_freshly_started_replica_exposes_a_valid_exposition(pool: PgPool) {
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
     // A route class of the catalog: its admissions are series from the
@@ -286,7 +286,7 @@ async fn a_freshly_started_replica_exposes_a_valid_exposition(pool: PgPool) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_replica_that_served_every_kind_of_traffic_exposes_a_valid_exposition(pool: PgPool) {
     create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
     create_flow(&pool, "ppf", 3, "status-report", "observe").await;

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use crate::helpers::TestApp;
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_documented_operation_is_served(pool: PgPool) {
     // An item with id 1, so that GET /v1/work/{id} has something to answer.
     sqlx::query("INSERT INTO work_item (flow, priority, payload) VALUES ('x', 2, '{}')")

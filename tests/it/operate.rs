@@ -13,7 +13,7 @@ use crate::helpers::{
     postgres_host_port, stdout, Replica, TestApp,
 };
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn two_replicas_obey_a_raw_sql_flip_within_a_second(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "observe").await;
     let url = database_url(&pool, &postgres_host_port()).await;
@@ -78,7 +78,7 @@ async fn two_replicas_obey_a_raw_sql_flip_within_a_second(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn api_and_cli_flips_are_audited_with_who_made_them(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let response = app
@@ -146,7 +146,7 @@ async fn api_and_cli_flips_are_audited_with_who_made_them(pool: PgPool) {
 /// A shell without `USER` (or with it empty) and without `LOGNAME`, as under
 /// cron or a container's entrypoint: the audit trail names the account the
 /// command ran as, not `unknown`.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_cli_change_without_a_user_variable_names_the_account(pool: PgPool) {
     let args = ["quota", "ppf", "--hourly-ceiling", "300"];
     stdout(&cli_with_env(&pool, &args, &[("USER", "")]).await);
@@ -165,7 +165,7 @@ async fn a_cli_change_without_a_user_variable_names_the_account(pool: PgPool) {
     assert_eq!(actor, format!("cli:{account}"));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn gradual_enforcement_defers_its_share_deterministically_per_ref(pool: PgPool) {
     create_flow(&pool, "ppf", 1, "invoice", "enforce").await;
     sqlx::query("UPDATE flow SET enforce_percent = 30 WHERE name = 'invoice'")
@@ -217,7 +217,7 @@ async fn gradual_enforcement_defers_its_share_deterministically_per_ref(pool: Pg
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn report_views_and_tallies_agree_on_a_known_load(pool: PgPool) {
     let pool = crate::helpers::pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 5, "status-report", "observe").await;
@@ -324,7 +324,7 @@ async fn report_views_and_tallies_agree_on_a_known_load(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn metrics_expose_modes_usage_and_pool(pool: PgPool) {
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
     let app = TestApp::spawn(pool).await;
@@ -346,7 +346,7 @@ async fn metrics_expose_modes_usage_and_pool(pool: PgPool) {
     assert!(text.contains(r#"quota_arbiter_db_pool_connections{state="in_use"}"#));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_operator_query_runs(pool: PgPool) {
     create_flow(&pool, "ppf", 5, "invoice", "observe").await;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/inspect");

@@ -21,7 +21,7 @@ async fn seed(pool: &PgPool) {
     create_flow(pool, "ppf", 100, "ack", "count").await;
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: PgPool) {
     seed(&pool).await;
     let (proxy, app) = behind_a_proxy(&pool).await;
@@ -103,7 +103,7 @@ async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: 
 
 /// The other side of the unreachable store below: with the store there and
 /// the catalog read, the replica says it is ready, and why.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_replica_whose_store_answers_is_ready(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let response = app.get("/readyz").send().await.unwrap();
@@ -113,7 +113,7 @@ async fn a_replica_whose_store_answers_is_ready(pool: PgPool) {
     assert_eq!(readiness, expected);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgPool) {
     let _ = pool;
     // Nothing listens on port 1: every connection attempt is refused.
@@ -202,7 +202,7 @@ async fn slow_store_app(pool: &PgPool) -> TestApp {
     TestApp::spawn_with(pool.clone(), config).await
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn an_observation_the_store_answers_late_is_granted_at_once_and_counted_once(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 2, "status-report", "observe").await;
@@ -243,7 +243,7 @@ async fn an_observation_the_store_answers_late_is_granted_at_once_and_counted_on
     assert_eq!(current_count(&pool, "ppf").await, 3);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn an_enforced_grant_nobody_waited_for_is_given_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
@@ -273,7 +273,7 @@ async fn an_enforced_grant_nobody_waited_for_is_given_back(pool: PgPool) {
     assert_eq!(granted, 6, "the whole ceiling is still there to grant");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 10, "invoice", "enforce").await;
@@ -319,7 +319,7 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
     assert_eq!(again.outcome, Outcome::Granted, "{again:?}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_endpoint_that_needs_the_store_answers_503_in_an_outage(pool: PgPool) {
     seed(&pool).await;
     let (proxy, app) = behind_a_proxy(&pool).await;
@@ -419,7 +419,7 @@ async fn settles_at(pool: &PgPool, slots: i64) {
     assert_eq!(settled, (slots, 0), "(window count, statements running)");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn slots_a_claim_took_after_its_caller_gave_up_are_given_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
@@ -472,7 +472,7 @@ async fn reject_window_writes(pool: &PgPool) {
     .unwrap();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_statement_the_store_rejects_is_a_500_never_store_unavailable(pool: PgPool) {
     seed(&pool).await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -516,7 +516,7 @@ async fn a_statement_the_store_rejects_is_a_500_never_store_unavailable(pool: Pg
     assert_eq!(observed.outcome, Outcome::Granted);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn slots_a_batch_took_after_its_caller_gave_up_are_given_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
@@ -536,7 +536,7 @@ async fn slots_a_batch_took_after_its_caller_gave_up_are_given_back(pool: PgPool
 /// due items are bypassed, observed, counted and unknown ones answered as on
 /// `/v1/reserve`, enforced ones (budget-only and paced alike) `unavailable`;
 /// only a batch where nothing could be decided is a 503.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_batch_decides_what_it_can_while_the_store_is_out_of_reach(pool: PgPool) {
     seed(&pool).await;
     create_flow(&pool, "paced", 100, "ping", "enforce").await;

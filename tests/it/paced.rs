@@ -105,7 +105,7 @@ fn group_shape(caller: u64, round: u64) -> Vec<i64> {
         .collect()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_group_takes_never_keep_more_tokens_than_the_bucket_refilled(pool: PgPool) {
     let (pool, quota) = api_with_cadence(&pool, 1_000_000, 50.0, 10.0).await;
     let (_, start) = bucket(&pool, "api").await;
@@ -164,7 +164,7 @@ async fn concurrent_group_takes_never_keep_more_tokens_than_the_bucket_refilled(
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: PgPool) {
     create_flow(&pool, "api", 1_000_000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 4").await;
@@ -253,7 +253,7 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
     assert_eq!(live_leases(&pool, "api").await, 0, "every lease freed");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_give_back_never_fills_the_bucket_past_its_burst(pool: PgPool) {
     let (pool, quota) = api_with_cadence(&pool, 1000, 0.01, 5.0).await;
     let store = Store::new(pool.clone());
@@ -281,7 +281,7 @@ async fn a_give_back_never_fills_the_bucket_past_its_burst(pool: PgPool) {
     assert_eq!(current_count(&pool, "api").await, 0);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_callers_never_get_more_than_the_bucket_gave(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
@@ -370,7 +370,7 @@ async fn hold_and_report(
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_callers_never_hold_more_places_than_max_in_flight(pool: PgPool) {
     create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
     create_flow(&pool, "api", 100_000, "sync", "enforce").await;
@@ -404,7 +404,7 @@ async fn concurrent_callers_never_hold_more_places_than_max_in_flight(pool: PgPo
     assert_eq!(live_leases(&pool, "api").await, 0, "every lease reported");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn cadence_places_headroom_and_claims_together_never_over_grant(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     // Priority 1 asks 2 slots at a time, priority 3 one; priority 3 stops at
@@ -488,7 +488,7 @@ async fn cadence_places_headroom_and_claims_together_never_over_grant(pool: PgPo
     assert_eq!(live_leases(&pool, "mix").await, 0, "every lease freed");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn lease_ids_cannot_be_guessed_from_one_another(pool: PgPool) {
     create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 50").await;
@@ -522,7 +522,7 @@ async fn lease_ids_cannot_be_guessed_from_one_another(pool: PgPool) {
 /// 60 random bits do not survive a double (JavaScript's JSON.parse, jq):
 /// a lease id travels as a string of digits, and a report gives it back as
 /// the string or, deprecated, as the integer.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn lease_ids_travel_as_strings_and_are_released_either_way(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "max_in_flight = 1").await;
@@ -560,7 +560,7 @@ async fn lease_ids_travel_as_strings_and_are_released_either_way(pool: PgPool) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn late_grants_of_a_group_give_back_their_slots_and_free_their_places(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100, "invoice", "enforce").await;
@@ -610,7 +610,7 @@ async fn late_grants_of_a_group_give_back_their_slots_and_free_their_places(pool
     assert_eq!(undone, (1, 0), "(window count, live leases)");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_observations_of_a_cadence_say_which_would_have_waited(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 1000, "status-report", "observe").await;
@@ -650,7 +650,7 @@ async fn concurrent_observations_of_a_cadence_say_which_would_have_waited(pool: 
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn tokens_taken_for_a_refused_ask_of_a_group_go_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     sync_and_invoice(&pool, "api", 10).await;
@@ -688,7 +688,7 @@ async fn tokens_taken_for_a_refused_ask_of_a_group_go_back(pool: PgPool) {
 /// asks of 2 leases one place (the statement leases as many as the take can
 /// carry); rationing grants one ask and refuses the other, leaving a slot
 /// nobody uses and no place to free. The slot still goes back.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_slot_nobody_uses_goes_back_when_there_is_no_place_to_free(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 10, "invoice", "enforce").await;
@@ -717,7 +717,7 @@ async fn a_slot_nobody_uses_goes_back_when_there_is_no_place_to_free(pool: PgPoo
 /// A claim's lane on a cadence takes single slots: a take that got all it
 /// asked for was stopped by nothing; one that fell short names the limit
 /// and a time it lifts.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_take_of_single_paced_slots_names_only_what_stopped_it_short(pool: PgPool) {
     // Practically no refill: the burst is all there is.
     let (pool, quota) = api_with_cadence(&pool, 100, 0.001, 3.0).await;
@@ -731,7 +731,7 @@ async fn a_take_of_single_paced_slots_names_only_what_stopped_it_short(pool: PgP
     assert!(stopped.retry_at > short.clock.db_now, "{stopped:?}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_cadence_refusal_retries_when_its_own_tokens_are_there(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
@@ -760,7 +760,7 @@ async fn a_cadence_refusal_retries_when_its_own_tokens_are_there(pool: PgPool) {
     assert!(off < chrono::Duration::milliseconds(2), "{off}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_place_that_cannot_be_handed_over_is_no_grant(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     sync_and_invoice(&pool, "api", 1000).await;
@@ -808,7 +808,7 @@ async fn a_place_that_cannot_be_handed_over_is_no_grant(pool: PgPool) {
 /// in-flight places are all free is a budget deferral until the window ends
 /// (not an in-flight one due at once), and a bucket out of tokens is a cadence
 /// one, whatever places are free.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_refusal_names_the_limit_that_refused_not_the_places_it_did_not_take(pool: PgPool) {
     create_flow(&pool, "full", 2, "sync", "enforce").await;
     set_limits(&pool, "full", "max_in_flight = 5").await;
@@ -852,7 +852,7 @@ async fn a_refusal_names_the_limit_that_refused_not_the_places_it_did_not_take(p
 /// across quotas: each quota is still held to its own limits, whatever the
 /// others in the same statement asked or had (slices or answers of one
 /// quota read for another would show here).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_decisions_across_paced_quotas_hold_each_to_its_own_limits(pool: PgPool) {
     // (quota, ceiling, limits, flow, mode, requests, grants, refused by)
     let quotas = [

@@ -83,7 +83,7 @@ const TOOLS: &str = "bash curl jq psql timeout date";
 const START_MARK: &str = "@@readme-output-start-";
 const END_MARK: &str = "@@readme-output-end-";
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_readme_example_runs_as_written(pool: PgPool) {
     require_tools().await;
     let readme = std::fs::read_to_string(repository_root().join("README.md")).unwrap();
@@ -103,7 +103,7 @@ async fn every_readme_example_runs_as_written(pool: PgPool) {
 
 /// Every chapter of the book, each against a database and a replica of its
 /// own, all at once; every failing chapter is reported.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_book_example_runs_as_written(pool: PgPool) {
     require_tools().await;
     // Short names: PostgreSQL truncates identifiers past 63 bytes, and the

@@ -73,7 +73,7 @@ async fn three_replicas(pool: &PgPool) -> Vec<Replica> {
     replicas
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn three_replicas_never_over_grant_an_enforced_window(pool: PgPool) {
     // Mid-hour, so the whole run falls in one window.
     let pool = pin_clock(&pool, 10).await;
@@ -101,7 +101,7 @@ async fn three_replicas_never_over_grant_an_enforced_window(pool: PgPool) {
     assert_eq!(windows, 1);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn observe_mode_grants_everything_and_tallies_what_enforcement_would_defer(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", CEILING, "status-report", "observe").await;
@@ -156,7 +156,7 @@ async fn reserve_store_errors(replicas: &[Replica]) -> usize {
     total as usize
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_restarted_replica_keeps_the_window_and_grants_no_fresh_burst(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;

@@ -21,7 +21,7 @@ fn would_defer_by_flow(report: &Value) -> Vec<(String, i64)> {
         .collect()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_what_if_at_the_quotas_own_ceiling_is_the_plain_report(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 5, "sync", "observe").await;

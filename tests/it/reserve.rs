@@ -14,7 +14,7 @@ use crate::helpers::{
     reserve_all_at_once, set_limits, sync_and_invoice, TestApp,
 };
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn enforced_flow_grants_up_to_the_ceiling_then_defers_until_the_next_window(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
@@ -65,7 +65,7 @@ async fn enforced_flow_grants_up_to_the_ceiling_then_defers_until_the_next_windo
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn count_reserves_all_or_nothing(pool: PgPool) {
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -103,7 +103,7 @@ async fn count_reserves_all_or_nothing(pool: PgPool) {
     assert_eq!(current_count(&pool, "small").await, 0);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn ceiling_zero_refuses_everything_in_enforce(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -119,7 +119,7 @@ async fn ceiling_zero_refuses_everything_in_enforce(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn observe_mode_grants_counts_and_flags_would_defer(pool: PgPool) {
     create_flow(&pool, "ppf", 2, "status-report", "observe").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -142,7 +142,7 @@ async fn observe_mode_grants_counts_and_flags_would_defer(pool: PgPool) {
 
 /// Observed decisions on budget-only quotas share one statement whatever
 /// their quota: each quota's count and would-defer flags stay its own.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_observations_across_quotas_count_and_flag_each_quota_alone(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     // (quota, ceiling, flow, requests per wave); "placed" has in-flight
@@ -182,7 +182,7 @@ async fn concurrent_observations_across_quotas_count_and_flag_each_quota_alone(p
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn unknown_flow_is_never_throttled(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -204,7 +204,7 @@ async fn unknown_flow_is_never_throttled(pool: PgPool) {
     assert_eq!(unthrottled, 3);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn count_mode_is_never_refused_and_is_counted_after_the_fact(pool: PgPool) {
     create_flow(&pool, "ppf", 2, "ack", "count").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -220,7 +220,7 @@ async fn count_mode_is_never_refused_and_is_counted_after_the_fact(pool: PgPool)
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn deadline_within_the_horizon_bypasses_a_full_quota(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -263,7 +263,7 @@ async fn deadline_within_the_horizon_bypasses_a_full_quota(pool: PgPool) {
     assert_eq!(bypassed, 2, "bypasses are flagged in the tallies");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn bad_input_gets_a_4xx_problem_never_a_500(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -395,7 +395,7 @@ async fn tally(pool: &PgPool, flow: &str) -> (i64, i64) {
     .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_mixed_counts_never_over_grant_and_leave_no_stray_slots(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
@@ -431,7 +431,7 @@ async fn concurrent_mixed_counts_never_over_grant_and_leave_no_stray_slots(pool:
     assert_eq!(current_count(&pool, "ppf").await, granted);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_requests_for_many_quotas_share_statements_and_get_exactly_each_ceiling(
     pool: PgPool,
 ) {
@@ -501,7 +501,7 @@ async fn observe_batch(app: &TestApp, count: i64) -> Value {
 /// Observations queued behind a statement still running are spent together
 /// in one statement: each on its own quota, each told whether it went past
 /// the ceiling by its own slots (in arrival order), not by the group's.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn observations_spent_together_each_say_whether_they_went_past_the_ceiling(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 5, "status-report", "observe").await;
@@ -575,7 +575,7 @@ async fn reserve_fielded(app: &TestApp, body: Value) -> Fielded {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn ratelimit_fields_count_an_enforced_quota_down_and_agree_with_retry_after(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
@@ -608,7 +608,7 @@ async fn ratelimit_fields_count_an_enforced_quota_down_and_agree_with_retry_afte
     assert!(body.get("quota_limit").is_none(), "{body}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_policy_names_the_quota_and_the_ceiling_of_the_flows_priority(pool: PgPool) {
     sync_and_invoice(&pool, "crm", 10).await;
     set_limits(&pool, "crm", "priority3_share = 50").await;
@@ -630,7 +630,7 @@ async fn the_policy_names_the_quota_and_the_ceiling_of_the_flows_priority(pool: 
     assert_eq!((r, Some(t)), (0, closed.retry_after));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_cadence_deferral_says_nothing_is_left_until_retry_after(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 0.01, burst = 1, adaptive = false").await;
@@ -652,7 +652,7 @@ async fn a_cadence_deferral_says_nothing_is_left_until_retry_after(pool: PgPool)
     assert!(t >= 90, "a token in ~100 s: {t}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn observed_answers_count_down_past_the_ceiling_to_zero(pool: PgPool) {
     create_flow(&pool, "ppf", 2, "status-report", "observe").await;
     let app = TestApp::spawn(pool.clone()).await;
@@ -666,7 +666,7 @@ async fn observed_answers_count_down_past_the_ceiling_to_zero(pool: PgPool) {
     assert_eq!(left, [1, 0, 0, 0]);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn bypassed_counted_and_unknown_answers_carry_no_ratelimit_field(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
     create_flow(&pool, "ppf", 2, "ack", "count").await;
@@ -689,7 +689,7 @@ async fn bypassed_counted_and_unknown_answers_carry_no_ratelimit_field(pool: PgP
     assert_eq!((unknown.policy, unknown.ratelimit), (None, None));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_grants_each_say_what_the_window_held_right_after_them(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     // Budget-only quotas are decided across quotas; one with in-flight places

@@ -30,7 +30,7 @@ fn status_and_stdout(output: &Output) -> (i32, String) {
     )
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn granted_exits_0_then_deferred_exits_75_with_the_seconds_to_wait(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 1, "invoice", "enforce").await;
@@ -61,7 +61,7 @@ async fn granted_exits_0_then_deferred_exits_75_with_the_seconds_to_wait(pool: P
     assert_eq!(status_and_stdout(&unthrottled), (0, String::new()));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn wait_waits_out_the_deferral_then_exits_0(pool: PgPool) {
     create_flow(&pool, "api", 1000, "invoice", "enforce").await;
     set_limits(&pool, "api", "rate = 2, burst = 1").await;

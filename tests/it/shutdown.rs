@@ -16,7 +16,7 @@ use crate::helpers::{
 
 const BURST: usize = 150;
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn sigterm_writes_every_count_and_tally_made_after_the_fact(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 1000, "status-report", "count").await;
@@ -60,7 +60,7 @@ async fn sigterm_writes_every_count_and_tally_made_after_the_fact(pool: PgPool) 
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn sigterm_waits_for_an_observation_answered_late_and_counts_it(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 1000, "status-report", "observe").await;

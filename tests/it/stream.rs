@@ -58,7 +58,7 @@ async fn put_quota(app: &TestApp, body: Value) {
         .await;
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     put_quota(
@@ -106,7 +106,7 @@ async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPo
     assert_eq!(share["quotas"][0]["clients"], 1, "{share}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_stream_without_flows_is_refused(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let response = app.get("/v1/stream").send().await.unwrap();

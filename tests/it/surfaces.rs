@@ -101,7 +101,7 @@ async fn catalog_rows(pool: &PgPool) -> Value {
     .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_operator_action_means_the_same_through_api_cli_and_sql(pool: PgPool) {
     let actions = operator_actions();
     assert!(actions.len() >= 10, "{actions:?}");
@@ -157,7 +157,7 @@ async fn every_operator_action_means_the_same_through_api_cli_and_sql(pool: PgPo
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn put_replaces_the_whole_object_and_patch_only_what_it_names(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let limits = json!({"hourly_ceiling": 3600, "rate": 2, "burst": 20, "max_in_flight": 4});
@@ -242,7 +242,7 @@ async fn put_replaces_the_whole_object_and_patch_only_what_it_names(pool: PgPool
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn typos_are_refused_not_absorbed(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     app.admin_json(
@@ -331,7 +331,7 @@ async fn typos_are_refused_not_absorbed(pool: PgPool) {
     assert_eq!(released["released"], true);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn objects_are_read_and_deleted_one_at_a_time(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     app.admin_json(
@@ -376,7 +376,7 @@ async fn objects_are_read_and_deleted_one_at_a_time(pool: PgPool) {
 
 /// A flow's items not done yet (pending, or claimed with a lease running or
 /// lapsed) keep it from being deleted; done ones do not.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_flow_with_work_not_done_is_not_deleted(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let quota = Some(json!({"hourly_ceiling": 10}));
@@ -412,7 +412,7 @@ async fn a_flow_with_work_not_done_is_not_deleted(pool: PgPool) {
     assert_eq!(deleted.unwrap().status(), 204);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_mistyped_variable_or_a_missing_config_file_is_named(pool: PgPool) {
     let env = [
         ("QUOTA_HOURLY_CEILNG", "5"),
@@ -443,7 +443,7 @@ async fn a_mistyped_variable_or_a_missing_config_file_is_named(pool: PgPool) {
     assert!(!stderr.contains("``"), "no empty key: {stderr}");
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_deadline_without_a_zone_says_what_is_expected(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
     let response = app
@@ -458,7 +458,7 @@ async fn a_deadline_without_a_zone_says_what_is_expected(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_flow_opts_in_to_the_local_fallback_on_every_surface(pool: PgPool) {
     let app = TestApp::spawn(pool.clone()).await;
     let flow = "/v1/flows/invoice";

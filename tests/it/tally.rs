@@ -89,14 +89,14 @@ async fn last_flush(ledger: &Ledger, pool: &PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_flush_writes_each_tally_and_the_slots_spent(pool: PgPool) {
     let (ledger, window) = everything_recorded(&pool).await;
     ledger.flush(&pool).await.unwrap();
     assert_eq!(written(&pool, window).await, ((4, 2, 2, 1, 2, 1), 5));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_failed_flush_keeps_every_number_for_the_next_one(pool: PgPool) {
     let (ledger, window) = everything_recorded(&pool).await;
     // A pool of its own, closed: the flush fails before it writes anything.
@@ -114,14 +114,14 @@ async fn a_failed_flush_keeps_every_number_for_the_next_one(pool: PgPool) {
     assert_eq!(written(&pool, window).await, ((5, 2, 2, 1, 2, 1), 6));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_last_flush_returns_as_soon_as_nothing_is_left(pool: PgPool) {
     let (ledger, window) = everything_recorded(&pool).await;
     last_flush(&ledger, &pool).await;
     assert_eq!(written(&pool, window).await, ((4, 2, 2, 1, 2, 1), 5));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn late_would_defers_and_reported_bypasses_join_the_flows_tallies(pool: PgPool) {
     let window = with_quota(&pool).await;
     let ledger = Ledger::default();
@@ -135,7 +135,7 @@ async fn late_would_defers_and_reported_bypasses_join_the_flows_tallies(pool: Pg
     assert_eq!(written(&pool, window).await, ((0, 0, 2, 3, 0, 1), 0));
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_last_flush_tries_again_until_the_store_takes_it(pool: PgPool) {
     let window = with_quota(&pool).await;
     let ledger = Ledger::default();

@@ -10,7 +10,7 @@ use crate::helpers::{create_flow, metrics_text, set_limits, TestApp};
 /// A `quota_cadence` row: quota, effective_rate, tokens_now, max_in_flight, leases_held.
 type CadenceRow = (String, Option<f64>, Option<f64>, Option<i32>, i64);
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn quota_cadence_lists_quotas_with_only_concurrency_slots(pool: PgPool) {
     create_flow(&pool, "paced", 100, "sync", "enforce").await;
     set_limits(&pool, "paced", "rate = 2, burst = 4").await;
@@ -57,7 +57,7 @@ async fn quota_cadence_lists_quotas_with_only_concurrency_slots(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_partly_enforced_flow_shows_its_percent_and_other_modes_none(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     create_flow(&pool, "ppf", 10, "ack", "enforce").await;

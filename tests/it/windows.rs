@@ -12,7 +12,7 @@ use sqlx::{Executor, PgPool};
 
 use crate::helpers::{create_flow, db_now, eventually, pin_clock, pin_clock_at, TestApp};
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: PgPool) {
     let mut conn = pool.acquire().await.unwrap();
     sqlx::query("SET TIME ZONE 'Asia/Kolkata'")
@@ -44,7 +44,7 @@ async fn window_start_of_is_the_utc_hour_under_a_half_hour_offset_session(pool: 
 /// Instants around daylight-saving changes and odd offsets, each read in
 /// sessions of zones whose hours are not UTC's (half and quarter hours, a
 /// half-hour daylight saving): every window bound is the UTC one.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn window_bounds_are_utc_hours_in_every_session_time_zone(pool: PgPool) {
     let zones = [
         "UTC",
@@ -99,7 +99,7 @@ async fn window_bounds_are_utc_hours_in_every_session_time_zone(pool: PgPool) {
 /// expressions the planner folds into the statement, not calls through the
 /// SQL-function executor (which a body more volatile than its declaration
 /// forces; design.md §5).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn window_bounds_are_inlined_into_the_statements_that_read_them(pool: PgPool) {
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN (VERBOSE, COSTS OFF)
@@ -115,7 +115,7 @@ async fn window_bounds_are_inlined_into_the_statements_that_read_them(pool: PgPo
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: PgPool) {
     // 40 minutes past the UTC hour is 10 past the hour in Kolkata: a naive
     // truncation would start the window half an hour off.
@@ -178,7 +178,7 @@ async fn take(store: &Store, quota: &str, slots: i64, ceiling: i64) -> QuotaTake
     store.take_slots_across(&[ask]).await.unwrap().remove(0)
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: PgPool) {
     create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
     let store = Store::new(pool.clone());
@@ -210,7 +210,7 @@ async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: 
 /// all it asked for was stopped by nothing; one that fell short says the
 /// window stopped it, until the window ends (after a new hour began, that is
 /// at once, where the claim's backlog would say the new window's end).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_take_of_up_to_k_names_the_window_only_when_it_fell_short(pool: PgPool) {
     create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
     let store = Store::new(pool.clone());
@@ -234,7 +234,7 @@ struct Asked {
     answered: DateTime<Utc>,
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn decisions_straddling_the_hour_land_in_the_window_they_were_decided_in(pool: PgPool) {
     // Three seconds before a UTC hour by the database clock; start asking
     // 0.8 s before it and go on until 0.7 s after it.

@@ -39,7 +39,7 @@ async fn queue_dump(pool: &PgPool) -> Vec<String> {
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn enqueue_is_idempotent_by_ref_and_validated(pool: PgPool) {
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     sqlx::query("UPDATE flow SET priority = 1 WHERE name = 'invoice'")
@@ -77,7 +77,7 @@ async fn enqueue_is_idempotent_by_ref_and_validated(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_claimers_ration_by_deadline_without_double_claims(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "qa", 100, "fa", "enforce").await;
@@ -176,7 +176,7 @@ async fn deciding_statements(app: &TestApp) -> f64 {
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn concurrent_claims_on_one_quota_share_a_take_and_stay_exact(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "q", 50, "f", "enforce").await;
@@ -222,7 +222,7 @@ async fn concurrent_claims_on_one_quota_share_a_take_and_stay_exact(pool: PgPool
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_dead_workers_item_returns_after_its_lease_and_its_slot_stays_spent(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
@@ -274,7 +274,7 @@ async fn a_dead_workers_item_returns_after_its_lease_and_its_slot_stays_spent(po
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn lapsed_leases_of_due_and_unthrottled_items_return_in_rationing_order(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
@@ -321,7 +321,7 @@ async fn lapsed_leases_of_due_and_unthrottled_items_return_in_rationing_order(po
 /// items over in rationing order; the claim merges the lanes in the same
 /// order: an earlier deadline first whatever the lane or the arrival, then
 /// priority, then arrival.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claim_takes_the_most_urgent_items_across_lanes(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
@@ -368,7 +368,7 @@ async fn a_claim_takes_the_most_urgent_items_across_lanes(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_released_item_is_pending_again_and_keeps_its_slot_spent(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 5, "invoice", "enforce").await;
@@ -401,7 +401,7 @@ async fn a_released_item_is_pending_again_and_keeps_its_slot_spent(pool: PgPool)
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_deferred_claim_leaves_the_queue_byte_for_byte_unchanged(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
@@ -437,7 +437,7 @@ async fn a_deferred_claim_leaves_the_queue_byte_for_byte_unchanged(pool: PgPool)
     assert_eq!(current_count(&pool, "ppf").await, 2);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn due_items_are_claimed_as_bypassed_from_a_closed_quota(pool: PgPool) {
     create_flow(&pool, "closed", 0, "invoice", "enforce").await;
     create_flow(&pool, "ppf", 1, "report", "observe").await;
@@ -490,7 +490,7 @@ async fn due_items_are_claimed_as_bypassed_from_a_closed_quota(pool: PgPool) {
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_closed_quota_does_not_block_another_and_unused_slots_are_given_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "a-closed", 0, "fa", "enforce").await;
@@ -516,7 +516,7 @@ async fn a_closed_quota_does_not_block_another_and_unused_slots_are_given_back(p
     assert_eq!(left.outcome, ClaimOutcome::Deferred);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_lane_that_ran_dry_gives_back_its_take_and_is_looked_at_next_time(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "q", 10, "f", "enforce").await;
@@ -544,7 +544,7 @@ async fn a_lane_that_ran_dry_gives_back_its_take_and_is_looked_at_next_time(pool
     assert_eq!(current_count(&pool, "q").await, 3);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_deferred_claim_without_deadlines_waits_for_the_next_window(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 1, "invoice", "enforce").await;
@@ -590,7 +590,7 @@ pub(crate) async fn enqueue_n(app: &TestApp, flow: &str, n: usize) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100, "sync", "enforce").await;
@@ -642,7 +642,7 @@ async fn claims_hold_concurrency_slots_and_done_frees_them(pool: PgPool) {
     assert_eq!(held, 2);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100, "sync", "enforce").await;
@@ -668,7 +668,7 @@ async fn a_claim_deferred_by_cadence_retries_when_the_tokens_are_back(pool: PgPo
 /// A claim that gets nothing on two quotas retries when the first of their
 /// limits lifts: the cadence's next token (2 s), not the full window's end,
 /// whichever quota comes first in name order.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claim_deferred_on_two_quotas_retries_when_the_first_limit_lifts(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "a-budget", 1, "report", "enforce").await;
@@ -691,7 +691,7 @@ async fn a_claim_deferred_on_two_quotas_retries_when_the_first_limit_lifts(pool:
 /// With the window full and an item waiting out a retry delay that ends
 /// first, a claim that gets nothing retries when that delay ends (no limit
 /// holds that item back till then).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claim_held_by_the_budget_retries_when_a_retry_delay_ends_first(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 2, "sync", "enforce").await;
@@ -714,7 +714,7 @@ async fn a_claim_held_by_the_budget_retries_when_a_retry_delay_ends_first(pool: 
 /// Nothing claimable, one item waiting out a retry delay that ends past the
 /// window: the claim retries when the delay ends, with no limit named (no
 /// window or bucket holds anything back).
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claim_with_only_delayed_items_retries_when_the_delay_ends(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 100, "sync", "enforce").await;
@@ -738,7 +738,7 @@ async fn a_claim_with_only_delayed_items_retries_when_the_delay_ends(pool: PgPoo
 /// A claimed item of a count-mode flow is never throttled (a ceiling of 1
 /// holds none back), yet each is spent in its quota's window after the
 /// fact and its decision names the quota, as `/v1/reserve` answers.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn claimed_items_of_a_counted_flow_are_unthrottled_and_counted(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 1, "ack", "count").await;
@@ -784,7 +784,7 @@ async fn states(pool: &PgPool) -> Vec<(String, i64)> {
         .unwrap()
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn done_items_past_their_retention_are_pruned_in_batches_and_nothing_else(pool: PgPool) {
     seed_finished(&pool, "sync", &[200, 190, 170, 30, 1]).await;
     let store = quota_arbiter::store::Store::new(pool.clone());
@@ -804,7 +804,7 @@ async fn done_items_past_their_retention_are_pruned_in_batches_and_nothing_else(
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_replica_prunes_done_items_past_the_configured_retention(pool: PgPool) {
     seed_finished(&pool, "sync", &[3, 2, 0]).await;
     let mut config = crate::helpers::test_config();
@@ -875,7 +875,7 @@ async fn claim_when_due(app: &TestApp, pool: &PgPool) -> WorkItem {
 /// claim and 10 s after its second, so claims can only succeed at about 0 s
 /// and 5 s (the third not before 15 s): at most 2 slots, where releasing
 /// without a delay spends a slot on every turn of the loop.
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_worker_whose_emission_always_fails_cannot_burn_the_quota(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 100_000, "invoice", "enforce").await;
@@ -904,7 +904,7 @@ async fn a_worker_whose_emission_always_fails_cannot_burn_the_quota(pool: PgPool
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_release_waits_by_the_default_backoff_or_the_delay_it_names(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
@@ -994,7 +994,7 @@ async fn a_release_waits_by_the_default_backoff_or_the_delay_it_names(pool: PgPo
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_waiting_item_is_claimed_by_no_path_and_still_counts_as_pending(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
@@ -1069,7 +1069,7 @@ async fn a_waiting_item_is_claimed_by_no_path_and_still_counts_as_pending(pool: 
     assert_eq!(waiting, 0);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "api", 100, "sync", "enforce").await;
@@ -1126,7 +1126,7 @@ async fn a_lapsed_lease_reads_pending_and_a_release_drops_the_claim(pool: PgPool
     assert_eq!(count_of(&pool, PENDING_IN_VIEW).await, 1);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn finishing_an_item_already_done_is_a_conflict_that_says_so(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
@@ -1186,7 +1186,7 @@ async fn finishing_an_item_already_done_is_a_conflict_that_says_so(pool: PgPool)
     );
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_claimed_observed_item_past_the_ceiling_says_which_limit_would_have_deferred_it(
     pool: PgPool,
 ) {
@@ -1203,7 +1203,7 @@ async fn a_claimed_observed_item_past_the_ceiling_says_which_limit_would_have_de
     assert_eq!(flags, [(false, None), (true, Some(Limit::Budget))]);
 }
 
-#[sqlx::test]
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn times_the_store_cannot_hold_are_refused_not_an_outage(pool: PgPool) {
     create_flow(&pool, "ppf", 100, "invoice", "enforce").await;
     let app = TestApp::spawn(pool.clone()).await;
