@@ -1,11 +1,12 @@
 -- Upstream feedback for quota $1: multiply its adaptive factor (recovered to
 -- now first) by $2, never above 1 nor below the factor that keeps the rate at
--- 0.01/s. Quotas with adaptive = false are left alone.
+-- 0.01/s. Quotas with adaptive = false are left alone. The effective rate is
+-- at least 0.01/s, never above the configured one (client/src/adapt.rs).
 UPDATE quota_bucket b
 SET factor = least(1.0, greatest(least(1.0, 0.01 / q.rate), recovered_factor(b.factor, b.factor_at) * $2::float8)),
     factor_at = greatest(b.factor_at, arbiter_now())
 FROM quota q
 WHERE b.quota = $1 AND q.name = b.quota AND q.adaptive
 RETURNING b.factor AS "factor!",
-          greatest(0.01, q.rate * b.factor) AS "effective_rate!",
+          least(q.rate, greatest(0.01, q.rate * b.factor)) AS "effective_rate!",
           greatest(1.0, q.burst * b.factor) AS "effective_burst!"

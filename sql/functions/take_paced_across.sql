@@ -97,7 +97,9 @@ BEGIN
         FROM quotas q
         JOIN quota_bucket b ON b.quota = q.quota
         CROSS JOIN clock c,
-        LATERAL (SELECT e.factor, greatest(0.01, q.rate * e.factor) AS rate
+        -- The refill rate: adapted down to 0.01/s at the slowest, never above
+        -- the configured rate (the client's rule, client/src/adapt.rs).
+        LATERAL (SELECT e.factor, least(q.rate, greatest(0.01, q.rate * e.factor)) AS rate
                  FROM (SELECT CASE WHEN q.adaptive THEN recovered_factor(b.factor, b.factor_at)
                                    ELSE 1.0 END AS factor) e) AS f
         WHERE q.rate IS NOT NULL
