@@ -26,6 +26,8 @@ mod readme;
 mod replicas;
 mod report;
 mod reserve;
+mod rules;
+mod schema;
 mod shell_worker;
 mod shutdown;
 mod stream;
