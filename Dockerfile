@@ -15,15 +15,18 @@ ENV SQLX_OFFLINE=true \
 #    so any flags in it apply to the cached dependency build too. The root
 #    manifest is a workspace with the benchmark (bench/) and the worker
 #    client (client/) as members: cargo loads every member's manifest, so
-#    their Cargo.toml and a placeholder target come along; only the service
-#    is ever built here.
+#    their Cargo.toml and placeholder targets come along; only the service
+#    is ever built here (it links none of the client: the shell worker's
+#    command is the client's own binary, `quota-arbiter-client`).
 COPY Cargo.toml Cargo.lock ./
 COPY bench/Cargo.toml bench/
 COPY client/Cargo.toml client/
 COPY .cargo/ .cargo/
 RUN mkdir -p src bench/src client/src \
  && echo 'fn main() {}' > src/main.rs \
+ && mkdir -p client/src/bin \
  && touch src/lib.rs client/src/lib.rs \
+ && echo 'fn main() {}' > client/src/bin/quota-arbiter-client.rs \
  && echo 'fn main() {}' > bench/src/main.rs \
  && cargo build --release --locked -p quota-arbiter --bin quota-arbiter \
  && rm -rf src
@@ -32,14 +35,12 @@ RUN mkdir -p src bench/src client/src \
 #    include_str!) and .sqlx/ are all read at compile time.
 COPY build.rs ./
 COPY src/ src/
-# `quota-arbiter reserve` is built on the worker client.
-COPY client/src/ client/src/
 COPY sql/ sql/
 COPY migrations/ migrations/
 COPY .sqlx/ .sqlx/
 # COPY keeps the context's mtimes, which can be older than the dummy build's
 # artifacts; touch so cargo rebuilds the crate instead of keeping the dummy.
-RUN touch src/main.rs src/lib.rs client/src/lib.rs \
+RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked -p quota-arbiter --bin quota-arbiter \
  && cp target/release/quota-arbiter /quota-arbiter
 

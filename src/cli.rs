@@ -1,6 +1,5 @@
 //! Command line: one binary, `quota-arbiter`.
 
-use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth::Role;
@@ -49,11 +48,6 @@ pub enum Command {
         #[arg(long)]
         ceiling: Option<i64>,
     },
-    /// A shell worker's question: may I emit now? Through the worker client
-    /// (QUOTA_ARBITER_URL, QUOTA_RETRY_*). Exit 0: emit (granted, bypassed,
-    /// unthrottled); 75: deferred, the seconds to wait on stdout; 69: the
-    /// arbiter is unavailable after the retries; 64: bad usage.
-    Reserve(ReserveArgs),
     /// API keys for `auth = "keys"`: create (shown once), list, revoke.
     Keys {
         #[command(subcommand)]
@@ -83,50 +77,6 @@ pub enum KeysCommand {
 fn parse_role(text: &str) -> Result<Role, String> {
     text.parse()
 }
-
-#[derive(Debug, Args)]
-pub struct ReserveArgs {
-    pub flow: String,
-    /// Slots to reserve, all or nothing.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub count: Option<u32>,
-    /// When the work is due: an RFC 3339 time or a delay from now (90s, 2h).
-    #[arg(long, value_parser = parse_deadline)]
-    pub deadline: Option<DateTime<Utc>>,
-    /// The caller's reference, echoed in the arbiter's logs.
-    #[arg(long = "ref")]
-    pub reference: Option<String>,
-    /// Wait out deferrals until the arbiter lets the worker emit.
-    #[arg(long)]
-    pub wait: bool,
-}
-
-fn parse_deadline(text: &str) -> Result<DateTime<Utc>, String> {
-    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
-        return Ok(at.with_timezone(&Utc));
-    }
-    let delay = humantime::parse_duration(text)
-        .map_err(|_| format!("`{text}` is neither an RFC 3339 time nor a delay like 90s"))?;
-    chrono::Duration::from_std(delay)
-        .ok()
-        .and_then(|delay| Utc::now().checked_add_signed(delay))
-        .ok_or_else(|| format!("`{text}` is too far away"))
-}
-
-/// Bad usage of `reserve` exits 64 (EX_USAGE), as shell workers expect of
-/// it; the operator commands keep clap's 2. Help and version exit 0.
-pub fn usage_exit_code(error: &clap::Error, args: &[std::ffi::OsString]) -> u8 {
-    if !error.use_stderr() {
-        0
-    } else if args.get(1).is_some_and(|command| command == "reserve") {
-        EX_USAGE
-    } else {
-        error.exit_code().try_into().unwrap_or(2)
-    }
-}
-
-/// sysexits.h: the command was used incorrectly.
-pub const EX_USAGE: u8 = 64;
 
 #[derive(Debug, Args)]
 pub struct FlowArgs {
@@ -268,20 +218,4 @@ fn parse_quota_field(text: &str) -> Result<QuotaField, String> {
             let known: Vec<_> = QuotaField::ALL.iter().map(|f| f.name()).collect();
             format!("unknown setting `{text}` ({})", known.join(", "))
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_deadline_is_a_time_or_a_delay_from_now() {
-        let at = parse_deadline("2026-11-30T15:30:00+01:00").unwrap();
-        assert_eq!(at, "2026-11-30T14:30:00Z".parse::<DateTime<Utc>>().unwrap());
-        let before = Utc::now();
-        let due = parse_deadline("90s").unwrap();
-        let ahead = (due - before).num_milliseconds();
-        assert!((90_000..91_000).contains(&ahead), "{ahead}");
-        assert!(parse_deadline("soonish").is_err());
-    }
 }

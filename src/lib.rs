@@ -17,7 +17,6 @@ pub mod mirror;
 pub mod operator;
 pub mod ratelimit_fields;
 pub mod report;
-pub mod shell_worker;
 pub mod startup;
 pub mod store;
 pub mod tally;

@@ -2,10 +2,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use quota_arbiter::cli::{self, Cli, Command};
+use quota_arbiter::cli::{Cli, Command};
 use quota_arbiter::config::{self, Config};
 use quota_arbiter::startup::Application;
-use quota_arbiter::{operator, shell_worker, store, telemetry};
+use quota_arbiter::{operator, store, telemetry};
 
 /// glibc's malloc was a fifth of the service's CPU per decision (README,
 /// Benchmark); mimalloc's thread-local free lists cost a fraction of it.
@@ -36,19 +36,7 @@ fn main() -> ExitCode {
 }
 
 async fn serve_or_run() -> ExitCode {
-    let args: Vec<_> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(&args) {
-        Ok(cli) => cli,
-        Err(error) => {
-            let _ = error.print();
-            return ExitCode::from(cli::usage_exit_code(&error, &args));
-        }
-    };
-    // The shell worker's command needs no server configuration.
-    if let Command::Reserve(args) = &cli.command {
-        telemetry::init_stderr();
-        return shell_worker::reserve(args).await;
-    }
+    let cli = Cli::parse();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -103,7 +91,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = operator::connect(&config).await?;
             operator::report(&store, &config, quota.as_deref(), &since, ceiling).await?
         }
-        Command::Reserve(_) => unreachable!("answered before the configuration is loaded"),
         Command::Keys { command } => {
             operator::keys::run(&operator::connect(&config).await?, command).await?
         }

@@ -24,12 +24,6 @@ pub fn init(format: LogFormat, to: LogTo) {
     start(format, to, "info,sqlx=warn");
 }
 
-/// For the shell worker's commands: warnings only (the client's retries, a
-/// broken variable), on stderr, so stdout carries only the answer.
-pub fn init_stderr() {
-    start(LogFormat::Text, LogTo::Stderr, "warn");
-}
-
 /// One subscriber: `RUST_LOG`, else `default_filter`; colours only on a
 /// terminal.
 fn start(format: LogFormat, to: LogTo, default_filter: &str) {

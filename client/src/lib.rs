@@ -36,6 +36,8 @@
 
 mod adapt;
 mod client;
+#[cfg(feature = "cli")]
+pub mod command;
 mod decision;
 mod error;
 mod fallback;

@@ -15,10 +15,8 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
 use crate::arbiter::StoreUnavailable;
-use crate::catalog::validate_name;
-// One rule, one place: the worker client's local fallback adapts by it too.
+use crate::catalog::{validate_name, Cadence};
 use crate::store::{LeaseHolder, LeaseRelease};
-use quota_arbiter_client::multiplier;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(report_upstream))
@@ -173,7 +171,7 @@ pub async fn report_upstream(
         );
         answer.counted = Some(slots);
     }
-    if let Some(multiplier) = body.status.and_then(multiplier) {
+    if let Some(multiplier) = body.status.and_then(Cadence::upstream_multiplier) {
         if let Some(adapted) = state.store.adapt_cadence(&quota, multiplier).await? {
             answer.factor = Some(adapted.factor);
             answer.effective_rate = Some(adapted.effective_rate);

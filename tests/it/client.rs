@@ -219,6 +219,19 @@ async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
     }
 }
 
+/// The arbiter and the worker client's local fallback read an upstream's
+/// status alike: every status a report may carry, and the ones it may not.
+#[test]
+fn the_arbiter_and_the_client_adapt_to_a_status_alike() {
+    for status in 0..=1000 {
+        assert_eq!(
+            quota_arbiter::catalog::Cadence::upstream_multiplier(status),
+            quota_arbiter_client::multiplier(status),
+            "status {status}"
+        );
+    }
+}
+
 /// The paced statement recovers the factor of every adaptive bucket it
 /// locks: in double precision (numeric exponentiation cost ten times as
 /// much), and a factor already back at 1 stays 1 without a power at all.

@@ -115,9 +115,9 @@ fn commands(command: &clap::Command, path: Vec<String>, all: &mut Vec<Vec<String
     }
 }
 
-/// What `quota-arbiter <words> --help` prints, lines without trailing spaces.
-fn help_of(words: &[String]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quota-arbiter"))
+/// What `<binary> <words> --help` prints, lines without trailing spaces.
+fn help_of(binary: &std::path::Path, words: &[String]) -> String {
+    let output = std::process::Command::new(binary)
         .args(words)
         .arg("--help")
         .env_clear()
@@ -135,58 +135,77 @@ fn normalized(text: &str) -> String {
         .join("\n")
 }
 
-/// The help blocks of the page: each `## quota-arbiter …` heading with the
-/// first ```text block after it.
+/// The help blocks of the page: each `## quota-arbiter …` (or
+/// `## quota-arbiter-client …`) heading with the first ```text block after it.
 fn help_blocks(page: &str) -> BTreeMap<String, String> {
     let mut blocks = BTreeMap::new();
     let mut lines = page.lines();
     while let Some(line) = lines.next() {
-        let Some(heading) = line.strip_prefix("## quota-arbiter") else {
+        let Some(name) = line.strip_prefix("## ") else {
             continue;
         };
-        let name = format!("quota-arbiter{heading}");
+        if !name.starts_with("quota-arbiter") {
+            continue;
+        }
         let body: Vec<&str> = lines
             .by_ref()
             .skip_while(|line| line.trim() != "```text")
             .skip(1)
             .take_while(|line| line.trim() != "```")
             .collect();
-        blocks.insert(name, normalized(&body.join("\n")));
+        blocks.insert(name.to_string(), normalized(&body.join("\n")));
     }
     blocks
 }
 
-/// `docs/reference/cli.md` holds every command's `--help` as the binary
-/// prints it (trailing spaces aside), under `## quota-arbiter <command>`.
+/// `docs/reference/cli.md` holds every command's `--help` as its binary
+/// prints it (trailing spaces aside), under `## <binary> <command>`: the
+/// service's `quota-arbiter`, and the worker client's `quota-arbiter-client`
+/// (built beside it as the package's example).
 #[test]
 fn the_command_line_reference_is_every_commands_help() {
-    let mut all = Vec::new();
-    commands(&Cli::command(), Vec::new(), &mut all);
+    let service = PathBuf::from(env!("CARGO_BIN_EXE_quota-arbiter"));
+    let client = service
+        .parent()
+        .unwrap()
+        .join("examples/quota-arbiter-client");
+    let programs = [
+        ("quota-arbiter", Cli::command(), service.clone()),
+        (
+            "quota-arbiter-client",
+            quota_arbiter_client::command::command(),
+            client,
+        ),
+    ];
     let page = help_blocks(&chapter("reference/cli.md"));
     let mut wrong = Vec::new();
     let mut named = BTreeSet::new();
-    for words in &all {
-        let name = std::iter::once("quota-arbiter")
-            .chain(words.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let help = help_of(words);
-        if page.get(&name) != Some(&help) {
-            let why = if page.contains_key(&name) {
-                "differs"
-            } else {
-                "is missing"
-            };
-            wrong.push(format!(
-                "`{name}` {why}; the section should read:\n\n## {name}\n\n```text\n{help}\n```\n"
-            ));
+    for (program, command, binary) in &programs {
+        let mut all = Vec::new();
+        commands(command, Vec::new(), &mut all);
+        for words in &all {
+            let name = std::iter::once(*program)
+                .chain(words.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let help = help_of(binary, words);
+            if page.get(&name) != Some(&help) {
+                let why = if page.contains_key(&name) {
+                    "differs"
+                } else {
+                    "is missing"
+                };
+                wrong.push(format!(
+                    "`{name}` {why}; the section should read:\n\n## {name}\n\n```text\n{help}\n```\n"
+                ));
+            }
+            named.insert(name);
         }
-        named.insert(name);
     }
     let stale: Vec<_> = page.keys().filter(|name| !named.contains(*name)).collect();
     assert!(
         wrong.is_empty() && stale.is_empty(),
-        "docs/reference/cli.md against the binary's --help:\n\n{}\nsections of no command: {stale:?}",
+        "docs/reference/cli.md against the binaries' --help:\n\n{}\nsections of no command: {stale:?}",
         wrong.join("\n")
     );
 }

@@ -19,7 +19,8 @@
 //!   placeholder admin token `change-me` to the replica's token;
 //! - `TOKEN` and `QUOTA_ADMIN_TOKEN` set to that token, `DATABASE_URL` and
 //!   `PGHOST`/`PGPORT`/`PGUSER`/`PGDATABASE` (for `psql -c`) naming the test
-//!   database, and the built `quota-arbiter` first on `PATH` (CLI examples run);
+//!   database, and the built `quota-arbiter` and `quota-arbiter-client` first
+//!   on `PATH` (CLI examples run);
 //! - `curl` run as `curl --fail-with-body --show-error`, so a refused request
 //!   fails the block and its problem+json shows in the failure;
 //! - a time limit of 10 s unless annotated.
@@ -101,8 +102,15 @@ async fn every_readme_example_runs_as_written(pool: PgPool) {
     );
 }
 
+/// Chapters run at once: each holds a database, a replica and their
+/// connections, and PostgreSQL's `max_connections` (100 by default) is
+/// shared with every other test of this binary running meanwhile.
+const CHAPTERS_AT_ONCE: usize = 2;
+/// A chapter's replica keeps to a few connections, for the same reason.
+const CHAPTER_REPLICA_CONNECTIONS: &str = "4";
+
 /// Every chapter of the book, each against a database and a replica of its
-/// own, all at once; every failing chapter is reported.
+/// own, [`CHAPTERS_AT_ONCE`] at a time; every failing chapter is reported.
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn every_book_example_runs_as_written(pool: PgPool) {
     require_tools().await;
@@ -110,6 +118,7 @@ async fn every_book_example_runs_as_written(pool: PgPool) {
     // test's own database name is that long already.
     let prefix = format!("qa_book_{}", std::process::id());
     let mut chapters = tokio::task::JoinSet::new();
+    let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(CHAPTERS_AT_ONCE));
     let mut runnable = 0;
     for (n, chapter) in book_chapters().into_iter().enumerate() {
         let name = format!("docs/{chapter}");
@@ -121,7 +130,12 @@ async fn every_book_example_runs_as_written(pool: PgPool) {
         }
         runnable += 1;
         let (database, admin) = (format!("{prefix}_book{n}"), pool.clone());
+        let turns = turns.clone();
         chapters.spawn(async move {
+            let _turn = turns
+                .acquire_owned()
+                .await
+                .expect("the semaphore stays open");
             let result = run_chapter(&name, &blocks, &database, &admin).await;
             (name, result)
         });
@@ -186,7 +200,11 @@ async fn run_chapter(
     quota_arbiter::store::migrate(&pool)
         .await
         .map_err(|error| setup(format!("migrating {database}: {error}")))?;
-    let replica = Replica::spawn(&url).await;
+    let replica = Replica::spawn_with(
+        &url,
+        &[("QUOTA_MAX_CONNECTIONS", CHAPTER_REPLICA_CONNECTIONS)],
+    )
+    .await;
     wait_until_ready(&replica.base).await.map_err(setup)?;
     let shell = ShellEnv::new(&url, &replica.base);
     let result = run_blocks(name, blocks, &shell, &pool).await;
@@ -570,12 +588,20 @@ struct ShellEnv {
 impl ShellEnv {
     fn new(database_url: &str, replica_base: &str) -> Self {
         let url = reqwest::Url::parse(database_url).expect("a database URL");
-        let binary = Path::new(env!("CARGO_BIN_EXE_quota-arbiter"));
-        let path = std::env::join_paths(
-            std::iter::once(binary.parent().unwrap().to_path_buf()).chain(std::env::split_paths(
-                &std::env::var_os("PATH").unwrap_or_default(),
-            )),
-        )
+        // The service binary and, built beside it as the package's example
+        // (examples/quota-arbiter-client.rs), the worker client's command.
+        let binaries = Path::new(env!("CARGO_BIN_EXE_quota-arbiter"))
+            .parent()
+            .unwrap();
+        let client = binaries.join("examples");
+        assert!(
+            client.join("quota-arbiter-client").is_file(),
+            "cargo test builds the example quota-arbiter-client into {}",
+            client.display()
+        );
+        let path = std::env::join_paths([binaries.to_path_buf(), client].into_iter().chain(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+        ))
         .unwrap();
         let mut vars = vec![
             ("PATH".into(), path.to_string_lossy().into_owned()),

@@ -1,17 +1,103 @@
-//! `quota-arbiter reserve`: a shell worker's "may I emit now?" through the
-//! worker client, answered by the exit status (sysexits.h codes).
+//! `quota-arbiter-client reserve`: a shell worker's "may I emit now?"
+//! through the worker client, answered by the exit status (sysexits.h
+//! codes). The binary (`src/bin/quota-arbiter-client.rs`) is this module's
+//! [`run`] with the process's arguments and environment.
 
-use std::process::ExitCode;
+use std::ffi::OsString;
 
 use chrono::{DateTime, Utc};
-use quota_arbiter_client::{Client, Decision, Error, Reserve, Settings};
+use clap::{Args, Parser, Subcommand};
 
-use crate::cli::{ReserveArgs, EX_USAGE};
+use crate::{Client, Decision, Error, Reserve, Settings};
 
+/// sysexits.h: the command was used incorrectly.
+pub const EX_USAGE: u8 = 64;
 /// The arbiter could not be asked: unreachable or failing after the retries.
 pub const EX_UNAVAILABLE: u8 = 69;
 /// Deferred: ask again after the seconds printed on stdout.
 pub const EX_TEMPFAIL: u8 = 75;
+
+/// Ask quota-arbiter before an emission, from a shell.
+#[derive(Debug, Parser)]
+#[command(name = "quota-arbiter-client", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A shell worker's question: may I emit now? Through the worker client
+    /// (QUOTA_ARBITER_URL, QUOTA_ARBITER_KEY, QUOTA_RETRY_*). Exit 0: emit
+    /// (granted, bypassed, unthrottled); 75: deferred, the seconds to wait on
+    /// stdout; 69: the arbiter is unavailable after the retries; 64: bad
+    /// usage.
+    Reserve(ReserveArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReserveArgs {
+    flow: String,
+    /// Slots to reserve, all or nothing.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    count: Option<u32>,
+    /// When the work is due: an RFC 3339 time or a delay from now (90s, 2h).
+    #[arg(long, value_parser = parse_deadline)]
+    deadline: Option<DateTime<Utc>>,
+    /// The caller's reference, echoed in the arbiter's logs.
+    #[arg(long = "ref")]
+    reference: Option<String>,
+    /// Wait out deferrals until the arbiter lets the worker emit.
+    #[arg(long)]
+    wait: bool,
+}
+
+fn parse_deadline(text: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    let delay = humantime::parse_duration(text)
+        .map_err(|_| format!("`{text}` is neither an RFC 3339 time nor a delay like 90s"))?;
+    chrono::Duration::from_std(delay)
+        .ok()
+        .and_then(|delay| Utc::now().checked_add_signed(delay))
+        .ok_or_else(|| format!("`{text}` is too far away"))
+}
+
+/// The binary: the process's arguments and `QUOTA_*` variables in, the
+/// answer on stdout and the exit status out. Warnings (a broken variable, a
+/// retry) go to stderr, so stdout is the answer alone.
+pub fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let answer = match runtime {
+        Ok(runtime) => runtime.block_on(run(std::env::args_os(), Settings::from_env())),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            Answer {
+                status: EX_UNAVAILABLE,
+                stdout: None,
+            }
+        }
+    };
+    if let Some(line) = &answer.stdout {
+        println!("{line}");
+    }
+    std::process::ExitCode::from(answer.status)
+}
+
+/// The command line as clap reads it (for its reference page).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
 
 /// What the command says: its exit status and its standard output.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,16 +106,31 @@ pub struct Answer {
     pub stdout: Option<String>,
 }
 
-pub async fn reserve(args: &ReserveArgs) -> ExitCode {
+/// The command for `args` (the program's name first) with the client's
+/// `settings`. Usage errors and help are printed here, as clap writes them;
+/// a decision's stdout is the caller's to print.
+pub async fn run(args: impl IntoIterator<Item = OsString>, settings: Settings) -> Answer {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            let status = if error.use_stderr() { EX_USAGE } else { 0 };
+            return Answer {
+                status,
+                stdout: None,
+            };
+        }
+    };
+    let Command::Reserve(args) = cli.command;
     // One call and gone: no share stream (it would count this process as a
     // live client of the quota for a moment), so no local fallback either.
     let client = Client::builder()
-        .settings(Settings::from_env())
+        .settings(settings)
         .share_stream(false)
         .build();
-    let answer = match client {
+    match client {
         Ok(client) => {
-            let request = request(args);
+            let request = request(&args);
             let decision = if args.wait {
                 client.acquire(&request).await
             } else {
@@ -38,11 +139,7 @@ pub async fn reserve(args: &ReserveArgs) -> ExitCode {
             answer(decision, Utc::now())
         }
         Err(error) => answer(Err(error), Utc::now()),
-    };
-    if let Some(line) = &answer.stdout {
-        println!("{line}");
     }
-    ExitCode::from(answer.status)
 }
 
 fn request(args: &ReserveArgs) -> Reserve {
@@ -62,7 +159,7 @@ fn request(args: &ReserveArgs) -> Reserve {
 /// The exit status of a decision: emit (0), or wait the printed seconds (75);
 /// an arbiter refusing the request as given is bad usage (64), one that
 /// cannot answer is unavailable (69). Errors are printed on stderr here.
-pub fn answer(decision: Result<Decision, Error>, now: DateTime<Utc>) -> Answer {
+fn answer(decision: Result<Decision, Error>, now: DateTime<Utc>) -> Answer {
     match decision {
         Ok(Decision::Deferred {
             retry_at,
@@ -108,7 +205,7 @@ fn seconds_to_wait(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quota_arbiter_client::Failure;
+    use crate::Failure;
 
     fn decision(json: &str) -> Result<Decision, Error> {
         Ok(serde_json::from_str(json).unwrap())
@@ -116,6 +213,17 @@ mod tests {
 
     fn now() -> DateTime<Utc> {
         "2026-11-30T14:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn a_deadline_is_a_time_or_a_delay_from_now() {
+        let at = parse_deadline("2026-11-30T15:30:00+01:00").unwrap();
+        assert_eq!(at, "2026-11-30T14:30:00Z".parse::<DateTime<Utc>>().unwrap());
+        let before = Utc::now();
+        let due = parse_deadline("90s").unwrap();
+        let ahead = (due - before).num_milliseconds();
+        assert!((90_000..91_000).contains(&ahead), "{ahead}");
+        assert!(parse_deadline("soonish").is_err());
     }
 
     #[test]
