@@ -78,6 +78,9 @@ pub struct Application {
         tokio::task::JoinHandle<()>,
         tokio::sync::watch::Sender<bool>,
     ),
+    /// Told when the replica stops: the share streams end (they never would
+    /// by themselves, and a graceful shutdown waits for every connection).
+    stop_streams: tokio::sync::watch::Sender<bool>,
 }
 
 impl Application {
@@ -98,6 +101,7 @@ impl Application {
             DbClock::default(),
             Metrics::new(),
         );
+        let (stop_streams, stopping) = tokio::sync::watch::channel(false);
         let state = AppState::new(Services {
             arbiter: Arbiter::new(
                 store.clone(),
@@ -129,6 +133,7 @@ impl Application {
                 .admit_client_ip_header
                 .as_deref()
                 .and_then(|name| axum::http::HeaderName::try_from(name).ok()),
+            stopping,
         });
         let retentions = [
             (Pruned::DoneWork, config.work_retention),
@@ -175,6 +180,7 @@ impl Application {
             ledger,
             background,
             flusher: (flusher, stop_flushing),
+            stop_streams,
         })
     }
 
@@ -203,6 +209,11 @@ impl Application {
         let pool = self.state.store.pool().clone();
         // The peer's address is the anonymous admission class's fallback.
         let app = http::app(self.state).into_make_service_with_connect_info::<SocketAddr>();
+        let stop_streams = self.stop_streams;
+        let stop = async move {
+            stop.await;
+            let _ = stop_streams.send(true);
+        };
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(stop)
             .await;

@@ -86,6 +86,9 @@ pub struct Services {
     /// Admission: the trusted forwarding header an anonymous caller's address
     /// is read from (`X-Forwarded-For`, `X-Real-IP`); none: the peer's address.
     pub admit_client_ip_header: Option<axum::http::HeaderName>,
+    /// `true` once the replica stops: open share streams end, so that a
+    /// graceful shutdown does not wait for their clients to hang up.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 #[derive(OpenApi)]

@@ -92,6 +92,7 @@ pub async fn stream(
         flows,
         state.bypass.horizon_seconds(),
         events,
+        state.stopping.clone(),
     ));
     let events = ReceiverStream::<Result<Event, Infallible>>::new(received);
     Ok(Sse::new(events)
@@ -123,13 +124,20 @@ async fn broadcast(
     flows: Vec<String>,
     bypass_horizon_seconds: f64,
     events: mpsc::Sender<Result<Event, Infallible>>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut id = None;
     let mut sent: Option<Vec<QuotaShare>> = None;
     let mut beat = tokio::time::interval(BEAT_EVERY);
     loop {
+        // The replica stopping ends the stream: its client reconnects to
+        // another replica (a stream never ends by itself otherwise).
+        if *stopping.borrow_and_update() {
+            break;
+        }
         tokio::select! {
             _ = events.closed() => break,
+            _ = stopping.changed() => break,
             _ = beat.tick() => {}
         }
         let shares = tokio::time::timeout(store_timeout, async {

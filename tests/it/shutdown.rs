@@ -124,3 +124,40 @@ async fn burst(client: &reqwest::Client, base: &str) {
         call.await.unwrap();
     }
 }
+
+/// A share stream never ends by itself, and a graceful shutdown waits for
+/// every connection: the replica ends its streams when it stops, so SIGTERM
+/// with a worker following its share still exits at once (not after the
+/// client hangs up, or a supervisor's SIGKILL).
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn sigterm_ends_open_share_streams_and_exits(pool: PgPool) {
+    create_flow(&pool, "ppf", 1000, "invoice", "observe").await;
+    let mut replica = Replica::spawn(&database_url(&pool, &postgres_host_port()).await).await;
+    let mut stream = reqwest::Client::new()
+        .get(format!("{}/v1/stream?flow=invoice", replica.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
+        .await
+        .expect("the first share event")
+        .unwrap();
+    assert!(first.is_some(), "the stream is open");
+
+    let asked = std::time::Instant::now();
+    replica.terminate();
+    let status = replica.exited(Duration::from_secs(20)).await;
+    assert!(status.success(), "a graceful exit: {status}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "stopped in {:?} with a stream open",
+        asked.elapsed()
+    );
+    // The stream ended with the replica, cleanly or cut.
+    let rest = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream ends");
+}
