@@ -17,7 +17,7 @@
 --
 -- Admissions of one route class are serialized by a lock on the class, not by
 -- locking the rows they read: a transaction-scoped advisory lock on the class
--- first (key space 1634560372, "admi", then the class name's hash; two classes
+-- first (key space 1634560372, "amit", then the class name's hash; two classes
 -- that share a hash only wait for each other). Each caller's bucket is a row
 -- of its class alone (its key hashes the class name), and the tenant and class
 -- counts are rows of the class: whoever writes them holds the class's lock, so

@@ -79,6 +79,37 @@ pub const VIEWS: &[SqlObject] = &[
     sql_object!("views", "work_waiting_by_flow"),
 ];
 
+/// The fingerprint of every revision of `sql/functions/` and `sql/views/`,
+/// oldest first: SHA-256 of the files in manifest order ([`objects_fingerprint`]).
+/// Append one with every change to a file (tests/it/schema.rs fails until
+/// then, naming it). The revision is the count.
+const OBJECTS_REVISIONS: &[&str] =
+    &["83cd10a00c61a1cb1f38adb510bf53a3717e415a3b076a821a719217d4d9ce26"];
+
+/// The revision of the functions and views this build carries: a migrate
+/// applies them over the same or an older revision, and leaves a newer one
+/// in place (an older replica restarted during a rolling upgrade).
+pub const OBJECTS_REVISION: i32 = OBJECTS_REVISIONS.len() as i32;
+
+/// The fingerprint [`OBJECTS_REVISIONS`] ends with, when the files are as
+/// this build carries them.
+pub fn objects_fingerprint() -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for object in FUNCTIONS.iter().chain(VIEWS) {
+        hash.update(object.path.as_bytes());
+        hash.update([0]);
+        hash.update(object.sql.as_bytes());
+        hash.update([0]);
+    }
+    hex::encode(hash.finalize())
+}
+
+/// The fingerprint of [`OBJECTS_REVISION`] as recorded.
+pub fn recorded_fingerprint() -> &'static str {
+    OBJECTS_REVISIONS.last().expect("at least one revision")
+}
+
 /// Starts the transaction of a step that creates functions or views: under
 /// the lock replicas take turns on (`sql/objects_lock.sql`), with PostgreSQL's
 /// check of SQL function bodies off (before the migrations: a function may
@@ -173,9 +204,20 @@ async fn create_missing_functions(pool: &PgPool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Step 3 of [`migrate`].
+/// Step 3 of [`migrate`], unless a newer build's revision is in place.
 async fn apply_sql_objects(pool: &PgPool) -> anyhow::Result<()> {
     let mut tx = pool.begin_with(objects_begin(true)).await?;
+    let in_place = sqlx::query_file_scalar!("sql/objects_revision.sql")
+        .fetch_optional(&mut *tx)
+        .await?;
+    if let Some(newer) = in_place.filter(|&revision| revision > OBJECTS_REVISION) {
+        tracing::warn!(
+            in_place = newer,
+            this_build = OBJECTS_REVISION,
+            "a newer release's SQL functions and views are in place; keeping them"
+        );
+        return Ok(());
+    }
     tx.execute(drop_views().as_str())
         .await
         .context("dropping the views of sql/views/")?;
@@ -184,6 +226,9 @@ async fn apply_sql_objects(pool: &PgPool) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("applying {}", object.path))?;
     }
+    sqlx::query_file!("sql/objects_revision_record.sql", OBJECTS_REVISION)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -223,10 +268,12 @@ pub static FRESH_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
         .expect("migrations/ holds the baseline");
     let objects: Vec<&str> = FUNCTIONS.iter().chain(VIEWS).map(|o| o.sql).collect();
     last.sql = Cow::Owned(format!(
-        "{}\n{}\n{}",
+        "{}\n{}\n{}\n{}",
         last.sql,
         drop_views(),
-        objects.join("\n")
+        objects.join("\n"),
+        include_str!("../../sql/objects_revision_record.sql")
+            .replace("$1", &OBJECTS_REVISION.to_string())
     ));
     Migrator {
         migrations: Cow::Owned(migrations),

@@ -28,8 +28,8 @@ pub mod work;
 pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WhenMissing, WindowRow};
 pub use admit::RouteClassRow;
 pub use bootstrap::{
-    connect_lazy, ensure_database, migrate, seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS,
-    MIGRATOR, VIEWS,
+    connect_lazy, ensure_database, migrate, objects_fingerprint, recorded_fingerprint,
+    seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS, MIGRATOR, OBJECTS_REVISION, VIEWS,
 };
 pub use keys::{ActiveKey, KeyRow};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use quota_arbiter::store::{FUNCTIONS, VIEWS};
+use quota_arbiter::store::{
+    objects_fingerprint, recorded_fingerprint, FUNCTIONS, OBJECTS_REVISION, VIEWS,
+};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -337,4 +339,69 @@ fn every_sqlx_test_gets_the_fresh_migrator() {
          #[sqlx::test(migrator = \"quota_arbiter::store::FRESH_MIGRATOR\")]\n{}",
         bare.join("\n")
     );
+}
+
+/// A change to a function or view file comes with a new revision: the
+/// fingerprint the revisions end with is the files' own.
+#[test]
+fn the_objects_revision_is_raised_with_every_change_to_their_files() {
+    assert_eq!(
+        recorded_fingerprint(),
+        objects_fingerprint(),
+        "sql/functions/ or sql/views/ changed: append \"{}\" to OBJECTS_REVISIONS in \
+         src/store/bootstrap.rs (revision {} then)",
+        objects_fingerprint(),
+        OBJECTS_REVISION + 1
+    );
+}
+
+/// An older build migrating a database whose functions and views a newer
+/// release applied (a replica of the old release restarted during a rolling
+/// upgrade) leaves them in place; the same or an older revision is
+/// re-applied.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_newer_releases_functions_and_views_stay_in_place(pool: PgPool) {
+    let recorded = || async {
+        sqlx::query_scalar::<_, i32>("SELECT revision FROM sql_objects")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        recorded().await,
+        OBJECTS_REVISION,
+        "a test database's revision"
+    );
+    // A newer release's body, under a newer revision.
+    let newer = "CREATE OR REPLACE FUNCTION arbiter_now() RETURNS timestamptz
+        LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT now() + interval '0' /* newer */ $$";
+    let body = || async {
+        sqlx::query_scalar::<_, String>("SELECT prosrc FROM pg_proc WHERE proname = 'arbiter_now'")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    sqlx::raw_sql(newer).execute(&pool).await.unwrap();
+    sqlx::query("UPDATE sql_objects SET revision = $1")
+        .bind(OBJECTS_REVISION + 1)
+        .execute(&pool)
+        .await
+        .unwrap();
+    quota_arbiter::store::migrate(&pool).await.unwrap();
+    assert!(body().await.contains("newer"), "kept: {}", body().await);
+    assert_eq!(recorded().await, OBJECTS_REVISION + 1);
+
+    // The same revision (or an older one) in place: this build's files win.
+    sqlx::query("UPDATE sql_objects SET revision = $1")
+        .bind(OBJECTS_REVISION)
+        .execute(&pool)
+        .await
+        .unwrap();
+    quota_arbiter::store::migrate(&pool).await.unwrap();
+    assert!(
+        !body().await.contains("newer"),
+        "re-applied: {}",
+        body().await
+    );
+    assert_eq!(recorded().await, OBJECTS_REVISION);
 }
