@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use axum::http::Method;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -71,46 +70,13 @@ impl FromStr for Role {
     }
 }
 
-/// What a route needs in `keys` mode.
+/// What a route needs in `keys` mode: declared by the group of routes it is
+/// in (`http::documented_routes`), never matched from its path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
     /// Probes and the API description: no key.
     Open,
     AtLeast(Role),
-}
-
-/// The role table: the least role that may call `method path`. Anything not
-/// named (every other write, the catalog, unknown paths) is for admins, so a
-/// new route is closed until it is placed here.
-pub fn required_access(method: &Method, path: &str) -> Access {
-    let read = method == Method::GET || method == Method::HEAD;
-    let write = method == Method::POST;
-    match path {
-        "/healthz" | "/readyz" | "/openapi.json" if read => Access::Open,
-        "/" | "/metrics" | "/v1/windows" | "/v1/report" if read => Access::AtLeast(Role::Operator),
-        "/v1/reserve" | "/v1/reserve/batch" | "/v1/report" | "/v1/work" | "/v1/work/claim"
-            if write =>
-        {
-            Access::AtLeast(Role::Worker)
-        }
-        // A gateway asks before admitting each request of its callers.
-        "/v1/admit" if read || write => Access::AtLeast(Role::Worker),
-        // The worker client follows its quotas' shares with its own key
-        // (design.md §10): the share is what its local fallback spends.
-        "/v1/stream" if read => Access::AtLeast(Role::Worker),
-        _ => match work_item_action(path) {
-            Some("") if read => Access::AtLeast(Role::Worker),
-            Some("done" | "release") if write => Access::AtLeast(Role::Worker),
-            _ => Access::AtLeast(Role::Admin),
-        },
-    }
-}
-
-/// `/v1/work/{id}` → `""`, `/v1/work/{id}/done` → `"done"`.
-fn work_item_action(path: &str) -> Option<&str> {
-    let rest = path.strip_prefix("/v1/work/")?;
-    let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
-    (!id.is_empty() && !action.contains('/')).then_some(action)
 }
 
 /// A caller that presented a key the replica accepts.
@@ -224,75 +190,6 @@ mod tests {
             key_id: Some(id),
             role,
             tenant: None,
-        }
-    }
-
-    #[test]
-    fn probes_and_the_api_description_are_open() {
-        for path in ["/healthz", "/readyz", "/openapi.json"] {
-            assert_eq!(required_access(&Method::GET, path), Access::Open, "{path}");
-            assert_eq!(
-                required_access(&Method::POST, path),
-                Access::AtLeast(Role::Admin),
-                "{path}"
-            );
-        }
-    }
-
-    #[test]
-    fn views_are_for_operators() {
-        for path in ["/", "/metrics", "/v1/windows", "/v1/report"] {
-            assert_eq!(
-                required_access(&Method::GET, path),
-                Access::AtLeast(Role::Operator),
-                "{path}"
-            );
-        }
-    }
-
-    #[test]
-    fn spending_and_reporting_are_for_workers() {
-        let worker = Access::AtLeast(Role::Worker);
-        for path in [
-            "/v1/reserve",
-            "/v1/reserve/batch",
-            "/v1/report",
-            "/v1/work",
-            "/v1/work/claim",
-            "/v1/work/17/done",
-            "/v1/work/17/release",
-        ] {
-            assert_eq!(required_access(&Method::POST, path), worker, "{path}");
-        }
-        assert_eq!(required_access(&Method::GET, "/v1/work/17"), worker);
-        assert_eq!(required_access(&Method::GET, "/v1/admit"), worker);
-        assert_eq!(required_access(&Method::POST, "/v1/admit"), worker);
-        assert_eq!(required_access(&Method::GET, "/v1/stream"), worker);
-    }
-
-    #[test]
-    fn the_catalog_every_other_write_and_unknown_paths_are_for_admins() {
-        let admin = Access::AtLeast(Role::Admin);
-        for (method, path) in [
-            (Method::GET, "/v1/quotas"),
-            (Method::GET, "/v1/route-classes"),
-            (Method::PUT, "/v1/route-classes/public-apis"),
-            (Method::DELETE, "/v1/route-classes/public-apis"),
-            (Method::PUT, "/v1/admit"),
-            (Method::PUT, "/v1/quotas/ppf"),
-            (Method::PATCH, "/v1/flows/invoice"),
-            (Method::DELETE, "/v1/flows/invoice"),
-            (Method::DELETE, "/v1/work/17"),
-            (Method::POST, "/v1/work/17/other"),
-            (Method::POST, "/v1/work//done"),
-            (Method::GET, "/v1/work/17/done/x"),
-            (Method::GET, "/v1/work/17/done"),
-            (Method::DELETE, "/v1/work/17/release"),
-            (Method::GET, "/v1/reserve"),
-            (Method::GET, "/v1/unknown"),
-            (Method::GET, "/healthz/"),
-        ] {
-            assert_eq!(required_access(&method, path), admin, "{method} {path}");
         }
     }
 

@@ -1,24 +1,21 @@
-//! Admin API: quotas, flows and windows, behind the admin bearer token.
+//! Admin API: the catalog's quotas and flows, behind the admin bearer token
+//! (an admin key in `keys` mode).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Serialize;
+use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::{ApiError, Problem};
-use super::extract::{Admin, ApiJson, ApiPath, ApiQuery};
+use super::extract::{Admin, ApiJson, ApiPath};
 use super::AppState;
 use crate::catalog::{validate_name, FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
-use crate::report::{self, Report};
-use crate::store::{FlowRow, QuotaRow, WhenMissing, WindowRow};
+use crate::store::{FlowRow, QuotaRow, WhenMissing};
 
 /// Who the audit trail names for changes made with the admin token.
 pub(super) const ADMIN_ACTOR: &str = "api:admin";
-
-/// At most a month of hourly windows in one answer.
-const MAX_WINDOW_HOURS: i32 = 744;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -26,8 +23,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_quota, put_quota, patch_quota, delete_quota))
         .routes(routes!(list_flows))
         .routes(routes!(get_flow, put_flow, patch_flow, delete_flow))
-        .routes(routes!(list_windows))
-        .routes(routes!(observe_report))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -40,34 +35,8 @@ pub struct FlowList {
     pub flows: Vec<FlowRow>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WindowList {
-    pub windows: Vec<WindowRow>,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct WindowQuery {
-    /// Only this quota.
-    pub quota: Option<String>,
-    /// Hours to look back, the current one included (default 24, at most 744).
-    #[param(minimum = 1, maximum = 744)]
-    pub last: Option<i32>,
-}
-
-fn valid_name(name: &str, what: &str) -> Result<(), ApiError> {
+pub(super) fn valid_name(name: &str, what: &str) -> Result<(), ApiError> {
     validate_name(name).map_err(|why| ApiError::Invalid(format!("{what} {why}")))
-}
-
-/// A quota named in a query must exist: a typo is a 404, not an empty answer.
-async fn known_quota(state: &AppState, quota: Option<&str>) -> Result<(), ApiError> {
-    let Some(quota) = quota else { return Ok(()) };
-    valid_name(quota, "`quota`")?;
-    match state.store.quota(quota).await? {
-        Some(_) => Ok(()),
-        None => Err(ApiError::NotFound(format!("no quota `{quota}`"))),
-    }
 }
 
 /// Every replica reloads on the catalog trigger's NOTIFY; this one reloads at
@@ -267,74 +236,4 @@ pub async fn list_flows(
     Ok(Json(FlowList {
         flows: state.store.list_flows().await?,
     }))
-}
-
-/// Recent windows with count, ceiling and tallies by outcome, newest first.
-#[utoipa::path(get, path = "/v1/windows", tag = "admin", params(WindowQuery), security(("admin_token" = [])),
-    responses((status = 200, body = WindowList), (status = 401, body = Problem),
-        (status = 404, description = "No such quota", body = Problem), (status = 422, body = Problem)))]
-pub async fn list_windows(
-    _: Admin,
-    State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<WindowQuery>,
-) -> Result<Json<WindowList>, ApiError> {
-    let hours = query.last.unwrap_or(24);
-    if !(1..=MAX_WINDOW_HOURS).contains(&hours) {
-        return Err(ApiError::Invalid(format!(
-            "`last` must be between 1 and {MAX_WINDOW_HOURS}"
-        )));
-    }
-    known_quota(&state, query.quota.as_deref()).await?;
-    Ok(Json(WindowList {
-        windows: state
-            .store
-            .recent_windows(query.quota.as_deref(), hours)
-            .await?,
-    }))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ReportQuery {
-    /// Only flows of this quota.
-    pub quota: Option<String>,
-    /// Period to look back, e.g. `7d`, `36h` (default 7d), from 1 hour to 366 days.
-    pub since: Option<String>,
-    /// What-if: recompute as if the ceiling were this value.
-    #[param(minimum = 0, maximum = 9007199254740992_i64)]
-    pub ceiling: Option<i64>,
-}
-
-/// What enforcement would have done to each flow still in observe mode.
-#[utoipa::path(get, path = "/v1/report", tag = "admin", params(ReportQuery), security(("admin_token" = [])),
-    responses((status = 200, body = Report), (status = 401, body = Problem), (status = 404, body = Problem),
-        (status = 422, body = Problem)))]
-pub async fn observe_report(
-    _: Admin,
-    State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<ReportQuery>,
-) -> Result<Json<Report>, ApiError> {
-    let since = query.since.as_deref().unwrap_or("7d");
-    crate::input::text(since).map_err(|why| ApiError::Invalid(format!("`since` {why}")))?;
-    let since = report::parse_since(since).map_err(ApiError::Invalid)?;
-    known_quota(&state, query.quota.as_deref()).await?;
-    if query
-        .ceiling
-        .is_some_and(|c| !(0..=crate::catalog::MAX_CEILING).contains(&c))
-    {
-        return Err(ApiError::Invalid(format!(
-            "`ceiling` must be between 0 and {}",
-            crate::catalog::MAX_CEILING
-        )));
-    }
-    let report = report::observe_report(
-        &state.store,
-        query.quota.as_deref(),
-        since,
-        query.ceiling,
-        state.history_retention,
-    )
-    .await?;
-    Ok(Json(report))
 }

@@ -1,4 +1,4 @@
-//! The one middleware applying the role table (`crate::auth`) in `keys`
+//! The one middleware applying a group's role (`crate::auth`) in `keys`
 //! mode, and what handlers need of the caller: who took a lease, who may
 //! free it.
 
@@ -11,20 +11,20 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::auth::{self, AuthMode, Denied, Principal};
+use crate::auth::{self, Access, AuthMode, Denied, Principal};
 
 /// In `keys` mode, refuses a call whose key is missing or unknown (401) or
-/// whose role is below the route's (403), and hands the caller on to the
-/// handlers. In `open` mode every caller is trusted, as before keys existed.
+/// whose role is below `access`, the one its route's group declares (403),
+/// and hands the caller on to the handlers. In `open` mode every caller is
+/// trusted, as before keys existed.
 pub async fn authorize(
-    State(state): State<AppState>,
+    State((state, access)): State<(AppState, Access)>,
     mut request: Request,
     next: Next,
 ) -> Response {
     if state.auth == AuthMode::Open {
         return next.run(request).await;
     }
-    let access = auth::required_access(request.method(), request.uri().path());
     let authorization = request
         .headers()
         .get(header::AUTHORIZATION)

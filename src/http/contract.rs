@@ -4,6 +4,7 @@
 //! [`ApiError`](super::error::ApiError) do, rather than on each handler.
 
 use serde_json::json;
+use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::schema::{
     AllOfBuilder, ArrayBuilder, KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type,
@@ -13,6 +14,7 @@ use utoipa::openapi::{
 };
 
 use super::error::PROBLEM_JSON;
+use crate::auth::Access;
 use crate::input;
 
 /// Completes every operation of the document.
@@ -166,6 +168,30 @@ fn document_admission(openapi: &mut OpenApi) {
                 response = response.header(name, header);
             }
             responses.insert(status.to_string(), response.build().into());
+        }
+    }
+}
+
+/// The document's word for the least role an operation needs in `keys`
+/// mode: `none`, `operator`, `worker` or `admin`.
+pub const REQUIRED_ROLE: &str = "x-required-role";
+
+/// Writes `access` on every operation of `openapi` ([`REQUIRED_ROLE`]).
+pub fn require(openapi: &mut OpenApi, access: Access) {
+    let role = match access {
+        Access::Open => "none",
+        Access::AtLeast(role) => role.as_str(),
+    };
+    for item in openapi.paths.paths.values_mut() {
+        for operation in operations(item) {
+            operation
+                .extensions
+                .get_or_insert_with(Default::default)
+                .merge(
+                    ExtensionsBuilder::new()
+                        .add(REQUIRED_ROLE, serde_json::Value::from(role))
+                        .build(),
+                );
         }
     }
 }

@@ -110,7 +110,7 @@ impl FromRequestParts<AppState> for Admin {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        // `keys` mode: the middleware has already held the key to the role table.
+        // `keys` mode: the middleware has already held the key to the route's role.
         if parts.extensions.get::<crate::auth::Principal>().is_some() {
             return Ok(Admin);
         }

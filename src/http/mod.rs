@@ -13,6 +13,7 @@ mod ops;
 mod reserve;
 mod route_classes;
 mod stream;
+mod views;
 mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::handler::Handler;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -35,7 +37,7 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::arbiter::{Arbiter, StoreUnavailable};
-use crate::auth::{AuthMode, KeyRing};
+use crate::auth::{Access, AuthMode, KeyRing, Role};
 use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::config::Secret;
@@ -110,8 +112,13 @@ impl Modify for AdminToken {
     }
 }
 
-/// The routes; with a state, those whose store calls have no time limit of
-/// their own are held to the store timeout.
+/// The routes, in groups by the least role their callers need in `keys`
+/// mode (design.md §9): each group declares its role once, and both the
+/// check (`auth::authorize`, on the group's routes) and the document's
+/// `x-required-role` of each operation come from that declaration, so a new
+/// route has the role of the group it is put in. With a state, the routes
+/// whose store calls have no time limit of their own are held to the store
+/// timeout.
 fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let bounded = |routes: OpenApiRouter<AppState>| match state {
         Some(state) => routes.route_layer(middleware::from_fn_with_state(
@@ -120,20 +127,45 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
         )),
         None => routes,
     };
-    let (routes, mut spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let open = OpenApiRouter::new().merge(ops::router());
+    let operator = OpenApiRouter::new()
+        .merge(bounded(views::router()))
+        .merge(dashboard::router());
+    let worker = OpenApiRouter::new()
         .merge(reserve::router())
-        .merge(admit::router())
-        .merge(stream::router())
         .merge(batch::router())
-        .merge(work::router())
-        .merge(bounded(admin::router()))
-        .merge(bounded(route_classes::router()))
-        .merge(ops::router())
-        .merge(dashboard::router())
         .merge(bounded(feedback::router()))
+        .merge(work::router())
+        .merge(admit::router())
+        .merge(stream::router());
+    let admin = OpenApiRouter::new()
+        .merge(bounded(admin::router()))
+        .merge(bounded(route_classes::router()));
+    let (routes, mut spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(group(Access::Open, open, state))
+        .merge(group(Access::AtLeast(Role::Operator), operator, state))
+        .merge(group(Access::AtLeast(Role::Worker), worker, state))
+        .merge(group(Access::AtLeast(Role::Admin), admin, state))
         .split_for_parts();
     contract::complete(&mut spec);
     (routes, spec)
+}
+
+/// `routes` as a group that needs `access`: written on each of its
+/// operations in the document, and checked on each of its routes.
+fn group(
+    access: Access,
+    mut routes: OpenApiRouter<AppState>,
+    state: Option<&AppState>,
+) -> OpenApiRouter<AppState> {
+    contract::require(routes.get_openapi_mut(), access);
+    match state {
+        Some(state) => routes.route_layer(middleware::from_fn_with_state(
+            (state.clone(), access),
+            auth::authorize,
+        )),
+        None => routes,
+    }
 }
 
 /// The OpenAPI document, derived from the same routes the server mounts.
@@ -162,17 +194,22 @@ async fn within_store_timeout(
 pub fn app(state: AppState) -> Router {
     let (routes, spec) = documented_routes(Some(&state));
     let spec = Arc::new(spec);
+    // No group names the role of a path no route has, or of a method its
+    // path does not have: those are for admins, so that `keys` mode tells no
+    // one else which exist.
+    let unmatched = || {
+        middleware::from_fn_with_state(
+            (state.clone(), Access::AtLeast(Role::Admin)),
+            auth::authorize,
+        )
+    };
     routes
         .route(
             "/openapi.json",
             get(move || async move { Json(spec.as_ref().clone()) }),
         )
-        .fallback(|| async { ApiError::NotFound("no such resource".into()) })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::authorize,
-        ))
+        .fallback((|| async { ApiError::NotFound("no such resource".into()) }).layer(unmatched()))
+        .method_not_allowed_fallback((|| async { ApiError::MethodNotAllowed }).layer(unmatched()))
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(

@@ -1,21 +1,18 @@
-//! Operations endpoints: liveness, readiness, metrics.
+//! Liveness and readiness: open to every caller, for probes.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use crate::metrics::{self, WindowUsage};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(readyz))
-        .routes(routes!(metrics))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -59,42 +56,5 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readines
             store,
             catalog,
         }),
-    )
-}
-
-/// Prometheus text exposition (format 0.0.4).
-#[utoipa::path(get, path = "/metrics", tag = "ops",
-    responses((status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain")))]
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let snapshot = state.catalog.snapshot();
-    let flows: Vec<_> = snapshot
-        .as_ref()
-        .map(|s| s.flows().cloned().collect())
-        .unwrap_or_default();
-    if let Some(snapshot) = &snapshot {
-        let classes = snapshot.route_classes().map(|c| c.name.as_str());
-        state.metrics.register_route_classes(classes);
-    }
-    let usage = tokio::time::timeout(state.store_timeout, state.store.current_usage())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .map(|rows| {
-            rows.into_iter()
-                .map(|row| WindowUsage {
-                    quota: row.quota,
-                    count: row.count,
-                    hourly_ceiling: row.hourly_ceiling,
-                    effective_rate: row.effective_rate,
-                    effective_burst: row.effective_burst,
-                })
-                .collect::<Vec<_>>()
-        });
-    state
-        .metrics
-        .set_state(&flows, usage.as_deref(), state.store.pool());
-    (
-        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-        state.metrics.encode(),
     )
 }

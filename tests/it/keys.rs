@@ -116,6 +116,105 @@ async fn keys_are_created_once_listed_without_secrets_and_revoked(pool: PgPool) 
     assert!(!bad_role.status.success());
 }
 
+/// The role each route's group declares, as a caller meets it in `keys`
+/// mode: below it a key is refused (403; no key at all: 401), at it the call
+/// gets past the check (whatever the handler then answers). Paths no route
+/// has, and methods a path does not have, are for admins.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn every_route_needs_the_role_of_its_group(pool: PgPool) {
+    let (operator, worker, admin) = (
+        key(&pool, "operator").await,
+        key(&pool, "worker").await,
+        key(&pool, "admin").await,
+    );
+    let app = keys_app(&pool).await;
+    let send = |method: Method, path: &str, key: Option<&str>| {
+        let mut request = app.request(method, path);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        async move { request.send().await.unwrap().status() }
+    };
+    let open = [
+        (Method::GET, "/healthz"),
+        (Method::GET, "/readyz"),
+        (Method::GET, "/openapi.json"),
+    ];
+    for (method, path) in open {
+        let status = send(method.clone(), path, None).await;
+        assert!(status.is_success(), "{method} {path}: {status}");
+    }
+    let operators = [
+        (Method::GET, "/"),
+        (Method::GET, "/metrics"),
+        (Method::GET, "/v1/windows"),
+        (Method::GET, "/v1/report"),
+    ];
+    let workers = [
+        (Method::POST, "/v1/reserve"),
+        (Method::POST, "/v1/reserve/batch"),
+        (Method::POST, "/v1/report"),
+        (Method::POST, "/v1/work"),
+        (Method::POST, "/v1/work/claim"),
+        (Method::POST, "/v1/work/17/done"),
+        (Method::POST, "/v1/work/17/release"),
+        // The done route, with an id that is not one (a 400 past the check).
+        (Method::POST, "/v1/work//done"),
+        (Method::GET, "/v1/work/17"),
+        (Method::GET, "/v1/admit"),
+        (Method::POST, "/v1/admit"),
+        (Method::GET, "/v1/stream?flow=invoice"),
+    ];
+    let admins = [
+        (Method::GET, "/v1/quotas"),
+        (Method::GET, "/v1/route-classes"),
+        (Method::PUT, "/v1/route-classes/public-apis"),
+        (Method::DELETE, "/v1/route-classes/public-apis"),
+        (Method::PUT, "/v1/admit"),
+        (Method::PUT, "/v1/quotas/ppf"),
+        (Method::PATCH, "/v1/flows/invoice"),
+        (Method::DELETE, "/v1/flows/invoice"),
+        (Method::DELETE, "/v1/work/17"),
+        (Method::POST, "/v1/work/17/other"),
+        (Method::GET, "/v1/work/17/done/x"),
+        (Method::GET, "/v1/work/17/done"),
+        (Method::DELETE, "/v1/work/17/release"),
+        (Method::GET, "/v1/reserve"),
+        (Method::GET, "/v1/unknown"),
+        (Method::GET, "/healthz/"),
+        (Method::POST, "/healthz"),
+        (Method::POST, "/openapi.json"),
+    ];
+    let needs = [
+        (&operators[..], None, operator.as_str()),
+        (&workers[..], Some(operator.as_str()), worker.as_str()),
+        (&admins[..], Some(worker.as_str()), admin.as_str()),
+    ];
+    for (routes, below, enough) in needs {
+        for (method, path) in routes {
+            let what = format!("{method} {path}");
+            assert_eq!(
+                send(method.clone(), path, None).await,
+                StatusCode::UNAUTHORIZED,
+                "{what}"
+            );
+            if let Some(below) = below {
+                let status = send(method.clone(), path, Some(below)).await;
+                assert_eq!(
+                    status,
+                    StatusCode::FORBIDDEN,
+                    "{what} with a key of the role below"
+                );
+            }
+            let status = send(method.clone(), path, Some(enough)).await;
+            assert!(
+                ![StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN].contains(&status),
+                "{what} with a key of its role: {status}"
+            );
+        }
+    }
+}
+
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn each_role_reaches_its_class_of_endpoint_and_no_further(pool: PgPool) {
     create_flow(&pool, "ppf", 1000, "invoice", "enforce").await;

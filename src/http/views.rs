@@ -1,0 +1,161 @@
+//! What operators read: recent windows, the observe-mode report and the
+//! Prometheus metrics (the dashboard, `/`, is `dashboard.rs`).
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::admin::valid_name;
+use super::error::{ApiError, Problem};
+use super::extract::{Admin, ApiQuery};
+use super::AppState;
+use crate::metrics::{self, WindowUsage};
+use crate::report::{self, Report};
+use crate::store::WindowRow;
+
+/// At most a month of hourly windows in one answer.
+const MAX_WINDOW_HOURS: i32 = 744;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_windows))
+        .routes(routes!(observe_report))
+        .routes(routes!(metrics))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WindowList {
+    pub windows: Vec<WindowRow>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct WindowQuery {
+    /// Only this quota.
+    pub quota: Option<String>,
+    /// Hours to look back, the current one included (default 24, at most 744).
+    #[param(minimum = 1, maximum = 744)]
+    pub last: Option<i32>,
+}
+
+/// A quota named in a query must exist: a typo is a 404, not an empty answer.
+async fn known_quota(state: &AppState, quota: Option<&str>) -> Result<(), ApiError> {
+    let Some(quota) = quota else { return Ok(()) };
+    valid_name(quota, "`quota`")?;
+    match state.store.quota(quota).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::NotFound(format!("no quota `{quota}`"))),
+    }
+}
+
+/// Recent windows with count, ceiling and tallies by outcome, newest first.
+#[utoipa::path(get, path = "/v1/windows", tag = "admin", params(WindowQuery), security(("admin_token" = [])),
+    responses((status = 200, body = WindowList), (status = 401, body = Problem),
+        (status = 404, description = "No such quota", body = Problem), (status = 422, body = Problem)))]
+pub async fn list_windows(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<WindowQuery>,
+) -> Result<Json<WindowList>, ApiError> {
+    let hours = query.last.unwrap_or(24);
+    if !(1..=MAX_WINDOW_HOURS).contains(&hours) {
+        return Err(ApiError::Invalid(format!(
+            "`last` must be between 1 and {MAX_WINDOW_HOURS}"
+        )));
+    }
+    known_quota(&state, query.quota.as_deref()).await?;
+    Ok(Json(WindowList {
+        windows: state
+            .store
+            .recent_windows(query.quota.as_deref(), hours)
+            .await?,
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ReportQuery {
+    /// Only flows of this quota.
+    pub quota: Option<String>,
+    /// Period to look back, e.g. `7d`, `36h` (default 7d), from 1 hour to 366 days.
+    pub since: Option<String>,
+    /// What-if: recompute as if the ceiling were this value.
+    #[param(minimum = 0, maximum = 9007199254740992_i64)]
+    pub ceiling: Option<i64>,
+}
+
+/// What enforcement would have done to each flow still in observe mode.
+#[utoipa::path(get, path = "/v1/report", tag = "admin", params(ReportQuery), security(("admin_token" = [])),
+    responses((status = 200, body = Report), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn observe_report(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ReportQuery>,
+) -> Result<Json<Report>, ApiError> {
+    let since = query.since.as_deref().unwrap_or("7d");
+    crate::input::text(since).map_err(|why| ApiError::Invalid(format!("`since` {why}")))?;
+    let since = report::parse_since(since).map_err(ApiError::Invalid)?;
+    known_quota(&state, query.quota.as_deref()).await?;
+    if query
+        .ceiling
+        .is_some_and(|c| !(0..=crate::catalog::MAX_CEILING).contains(&c))
+    {
+        return Err(ApiError::Invalid(format!(
+            "`ceiling` must be between 0 and {}",
+            crate::catalog::MAX_CEILING
+        )));
+    }
+    let report = report::observe_report(
+        &state.store,
+        query.quota.as_deref(),
+        since,
+        query.ceiling,
+        state.history_retention,
+    )
+    .await?;
+    Ok(Json(report))
+}
+
+/// Prometheus text exposition (format 0.0.4).
+#[utoipa::path(get, path = "/metrics", tag = "ops",
+    responses((status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let snapshot = state.catalog.snapshot();
+    let flows: Vec<_> = snapshot
+        .as_ref()
+        .map(|s| s.flows().cloned().collect())
+        .unwrap_or_default();
+    if let Some(snapshot) = &snapshot {
+        let classes = snapshot.route_classes().map(|c| c.name.as_str());
+        state.metrics.register_route_classes(classes);
+    }
+    let usage = tokio::time::timeout(state.store_timeout, state.store.current_usage())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|rows| {
+            rows.into_iter()
+                .map(|row| WindowUsage {
+                    quota: row.quota,
+                    count: row.count,
+                    hourly_ceiling: row.hourly_ceiling,
+                    effective_rate: row.effective_rate,
+                    effective_burst: row.effective_burst,
+                })
+                .collect::<Vec<_>>()
+        });
+    state
+        .metrics
+        .set_state(&flows, usage.as_deref(), state.store.pool());
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        state.metrics.encode(),
+    )
+}
