@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
-use crate::catalog::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
+use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
 use crate::ratelimit_fields::{self, whole_seconds};
 
 /// Window lengths a route class may count capacity in: the divisors of an

@@ -9,7 +9,6 @@ mod claim_takes;
 mod coalesce;
 mod gather;
 mod observe;
-mod rationing;
 mod shell;
 mod work;
 
@@ -35,7 +34,6 @@ use shell::{Operation, Shell};
 pub use batch::MAX_BATCH_ITEMS;
 pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
 /// The claim's transaction leases to the claims of a group by this rule.
-pub(crate) use rationing::{share_up_to, Rank};
 pub use shell::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 
 #[derive(Clone)]

@@ -3,14 +3,12 @@
 //! middleware in `http::auth` and the key ring's refresh are the I/O around them.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
+pub use crate::domain::{Access, AuthMode, Role};
 use crate::mirror::Mirror;
 use crate::store::{ActiveKey, Store};
 
@@ -18,66 +16,6 @@ use crate::store::{ActiveKey, Store};
 pub const KEY_PREFIX: &str = "qa_";
 /// 256 random bits per key.
 const KEY_BYTES: usize = 32;
-
-/// `open`: every caller is trusted, as on a private network; `keys`: every
-/// call but health, readiness and the OpenAPI document needs a key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AuthMode {
-    #[default]
-    Open,
-    Keys,
-}
-
-/// Ordered: each role may do what the ones below it may. An operator only
-/// reads; a worker spends quota and also reads the views of what it spends;
-/// an admin does everything.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Role {
-    Operator,
-    Worker,
-    Admin,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Operator => "operator",
-            Role::Worker => "worker",
-            Role::Admin => "admin",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Role {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "worker" => Ok(Role::Worker),
-            "operator" => Ok(Role::Operator),
-            "admin" => Ok(Role::Admin),
-            other => Err(format!(
-                "unknown role `{other}` (worker, operator or admin)"
-            )),
-        }
-    }
-}
-
-/// What a route needs in `keys` mode: declared by the group of routes it is
-/// in (`http::documented_routes`), never matched from its path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Probes and the API description: no key.
-    Open,
-    AtLeast(Role),
-}
 
 /// A caller that presented a key the replica accepts.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,17 +16,12 @@ use crate::mirror::Mirror;
 mod settings;
 
 pub use settings::{
-    Fallback, FlowBody, FlowPatch, FlowPatchError, FlowSettings, Patch, QuotaLimits, QuotaPatch,
+    Fallback, FlowBody, FlowPatch, FlowPatchError, FlowSettings, QuotaLimits, QuotaPatch,
     QuotaSettings, DEFAULT_PRIORITY,
 };
 
+pub use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
 pub use crate::input::{name as validate_name, MAX_NAME_LEN};
-/// Largest hourly ceiling (2^53): `count + k` can never overflow.
-pub const MAX_CEILING: i64 = 1 << 53;
-/// Largest cadence: refill arithmetic stays finite.
-pub const MAX_RATE: f64 = 1e6;
-pub const MAX_BURST: f64 = 1e9;
-
 /// Checks a quota's limits; the same bounds as the table's CHECKs.
 pub fn validate_limits(
     hourly_ceiling: i64,

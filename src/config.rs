@@ -12,8 +12,8 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::admission::RouteClassSettings;
-use crate::auth::AuthMode;
 use crate::catalog::{Fallback, Mode, QuotaLimits};
+use crate::domain::AuthMode;
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 

@@ -12,47 +12,8 @@ use crate::ratelimit_fields::whole_seconds;
 /// Largest `count` one reservation may ask for: one business operation that
 /// makes several calls, not a bulk import.
 pub const MAX_COUNT: i64 = 10_000;
+pub use crate::domain::{Limit, Outcome};
 pub use crate::input::MAX_REF_LEN;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    Granted,
-    /// A normal answer: try again at `retry_at`.
-    Deferred,
-    /// Deadline work that outranks the quota; counted after the fact.
-    Bypassed,
-    /// Never throttled: unknown flow, or a flow in `count` mode.
-    Unthrottled,
-    /// Batch items only: the store could not be reached in time, nothing was
-    /// decided or spent; ask again after `retry_after_seconds`. (A single
-    /// reservation answers 503 instead.)
-    Unavailable,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Granted => "granted",
-            Outcome::Deferred => "deferred",
-            Outcome::Bypassed => "bypassed",
-            Outcome::Unthrottled => "unthrottled",
-            Outcome::Unavailable => "unavailable",
-        }
-    }
-}
-
-/// Which limit deferred a decision (or, in observe mode, would have).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Limit {
-    /// The hourly window is full: retry when the next one starts.
-    Budget,
-    /// The token bucket is short: retry when the tokens have refilled.
-    Cadence,
-    /// Every in-flight place is leased: retry when the first lease expires.
-    InFlight,
-}
 
 /// A validated request for `count` slots of a flow's quota.
 #[derive(Clone, Debug)]

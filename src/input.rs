@@ -227,7 +227,7 @@ pub mod integer {
 
     use serde::de::{self, Deserializer, Visitor};
 
-    use crate::catalog::Patch;
+    use crate::domain::Patch;
 
     /// `#[serde(default, deserialize_with = "crate::input::integer::optional")]`
     pub fn optional<'de, D, T>(d: D) -> Result<Option<T>, D::Error>

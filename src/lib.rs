@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod decision;
+pub mod domain;
 pub mod http;
 pub mod input;
 pub mod metrics;

@@ -6,12 +6,12 @@
 //! are shared out by the one rationing core, like concurrent reservations
 //! (design.md §9).
 
-use super::rationing::Rank;
 use super::shell::{StoreError, RETRY_AFTER_UNAVAILABLE};
 use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, Rule};
 use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::domain::rationing::Rank;
 
 /// Most items one batch may carry.
 pub const MAX_BATCH_ITEMS: usize = 500;

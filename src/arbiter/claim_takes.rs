@@ -14,10 +14,10 @@
 //! never an under-count.
 
 use super::gather::{fail_all, Gather, Reply};
-use super::rationing::share_up_to;
 use super::shell::{Operation, Shell, StoreError};
 use super::Arbiter;
 use crate::catalog::QuotaRule;
+use crate::domain::rationing::share_up_to;
 use crate::store::Take;
 
 pub(super) struct TakeWaiter {

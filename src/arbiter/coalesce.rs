@@ -22,10 +22,10 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::gather::{fail_all, Gather, Reply};
-use super::rationing::{self, Ask, Rank, Taken};
 use super::shell::{StoreError, StoreUnavailable};
 use crate::catalog::{QuotaRule, Rule};
 use crate::decision::Limit;
+use crate::domain::rationing::{self, Ask, Rank, Taken};
 use crate::store::{
     LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake, Refusal,
     Reservation, Store,

@@ -5,62 +5,14 @@
 //! are patches too. Whatever the surface, the result goes through the same
 //! checks, so one change means one thing everywhere.
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{validate_limits, validate_name, Mode};
+use crate::domain::Patch;
 
 /// Priority of a flow that names none.
 pub const DEFAULT_PRIORITY: i16 = 2;
-
-/// One field of a merge patch.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum Patch<T> {
-    /// Left out: the stored value stays.
-    #[default]
-    Keep,
-    /// `null`: the setting is removed (a limit goes off, a setting with a
-    /// default goes back to it).
-    Remove,
-    Set(T),
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Option::<T>::deserialize(d)?.map_or(Patch::Remove, Patch::Set))
-    }
-}
-
-/// A flag or option left out keeps the stored value.
-impl<T> From<Option<T>> for Patch<T> {
-    fn from(value: Option<T>) -> Self {
-        value.map_or(Patch::Keep, Patch::Set)
-    }
-}
-
-impl<T> Patch<T> {
-    /// The optional setting after the patch.
-    fn applied_to(self, current: Option<T>) -> Option<T> {
-        match self {
-            Patch::Keep => current,
-            Patch::Remove => None,
-            Patch::Set(value) => Some(value),
-        }
-    }
-
-    /// A setting with a default: removing it restores the default.
-    fn or_default(self, current: T, default: T) -> T {
-        match self {
-            Patch::Keep => current,
-            Patch::Remove => default,
-            Patch::Set(value) => value,
-        }
-    }
-
-    fn is_kept(&self) -> bool {
-        matches!(self, Patch::Keep)
-    }
-}
 
 /// A quota's settings as stored: every limit resolved.
 #[derive(Clone, Debug, PartialEq)]

@@ -18,9 +18,9 @@ use super::work::{
     PlaceLease,
 };
 use super::{Refusal, Store, Take, WorkItem};
-use crate::arbiter::share_up_to;
 use crate::catalog::QuotaRule;
 use crate::decision::{Limit, Outcome};
+use crate::domain::rationing::share_up_to;
 
 /// How a leased item was decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use sqlx::{PgConnection, PgExecutor};
 use utoipa::ToSchema;
 
 use super::Store;
-use crate::arbiter::Rank;
+use crate::domain::rationing::Rank;
 
 /// A work item as a reader sees it: a claim whose `lease_until` has passed
 /// reads `pending`, as the next claim treats it.

@@ -17,6 +17,7 @@ mod helpers;
 mod history;
 mod input;
 mod keys;
+mod layers;
 mod metrics;
 mod openapi;
 mod operate;

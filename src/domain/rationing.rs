@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::decision::Limit;
+use super::Limit;
 
 /// Rationing order, compared as a tuple: work with a deadline first (earliest
 /// first), then flow priority (1 first), then arrival.

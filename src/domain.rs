@@ -1,0 +1,168 @@
+//! The leaf of the crate: the words every layer shares and the pure rules on
+//! them (docs/design.md §2, §9) — outcomes and limits, merge patches, the
+//! bounds of a quota's limits, roles, and rationing ([`rationing`]). It
+//! imports nothing else of the crate (tests/it/layers.rs holds it to that):
+//! the store, the products and HTTP build on it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
+
+pub mod rationing;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Granted,
+    /// A normal answer: try again at `retry_at`.
+    Deferred,
+    /// Deadline work that outranks the quota; counted after the fact.
+    Bypassed,
+    /// Never throttled: unknown flow, or a flow in `count` mode.
+    Unthrottled,
+    /// Batch items only: the store could not be reached in time, nothing was
+    /// decided or spent; ask again after `retry_after_seconds`. (A single
+    /// reservation answers 503 instead.)
+    Unavailable,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Granted => "granted",
+            Outcome::Deferred => "deferred",
+            Outcome::Bypassed => "bypassed",
+            Outcome::Unthrottled => "unthrottled",
+            Outcome::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Which limit deferred a decision (or, in observe mode, would have).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The hourly window is full: retry when the next one starts.
+    Budget,
+    /// The token bucket is short: retry when the tokens have refilled.
+    Cadence,
+    /// Every in-flight place is leased: retry when the first lease expires.
+    InFlight,
+}
+
+/// Largest hourly ceiling (2^53): `count + k` can never overflow.
+pub const MAX_CEILING: i64 = 1 << 53;
+/// Largest cadence: refill arithmetic stays finite.
+pub const MAX_RATE: f64 = 1e6;
+pub const MAX_BURST: f64 = 1e9;
+
+/// One field of a merge patch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Patch<T> {
+    /// Left out: the stored value stays.
+    #[default]
+    Keep,
+    /// `null`: the setting is removed (a limit goes off, a setting with a
+    /// default goes back to it).
+    Remove,
+    Set(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Patch<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Option::<T>::deserialize(d)?.map_or(Patch::Remove, Patch::Set))
+    }
+}
+
+/// A flag or option left out keeps the stored value.
+impl<T> From<Option<T>> for Patch<T> {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Patch::Keep, Patch::Set)
+    }
+}
+
+impl<T> Patch<T> {
+    /// The optional setting after the patch.
+    pub fn applied_to(self, current: Option<T>) -> Option<T> {
+        match self {
+            Patch::Keep => current,
+            Patch::Remove => None,
+            Patch::Set(value) => Some(value),
+        }
+    }
+
+    /// A setting with a default: removing it restores the default.
+    pub fn or_default(self, current: T, default: T) -> T {
+        match self {
+            Patch::Keep => current,
+            Patch::Remove => default,
+            Patch::Set(value) => value,
+        }
+    }
+
+    pub fn is_kept(&self) -> bool {
+        matches!(self, Patch::Keep)
+    }
+}
+
+/// `open`: every caller is trusted, as on a private network; `keys`: every
+/// call but health, readiness and the OpenAPI document needs a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    #[default]
+    Open,
+    Keys,
+}
+
+/// Ordered: each role may do what the ones below it may. An operator only
+/// reads; a worker spends quota and also reads the views of what it spends;
+/// an admin does everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Operator,
+    Worker,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Operator => "operator",
+            Role::Worker => "worker",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "worker" => Ok(Role::Worker),
+            "operator" => Ok(Role::Operator),
+            "admin" => Ok(Role::Admin),
+            other => Err(format!(
+                "unknown role `{other}` (worker, operator or admin)"
+            )),
+        }
+    }
+}
+
+/// What a route needs in `keys` mode: declared by the group of routes it is
+/// in (`http::documented_routes`), never matched from its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Probes and the API description: no key.
+    Open,
+    AtLeast(Role),
+}
