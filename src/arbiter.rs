@@ -25,7 +25,7 @@ use crate::catalog::{Catalog, Mode, Rule};
 use crate::clock::DbClock;
 use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::metrics::Metrics;
-use crate::store::{Refusal, Store, Take};
+use crate::store::{Deferral, Store, Take};
 use crate::tally::Ledger;
 
 use coalesce::Coalescer;
@@ -169,7 +169,7 @@ impl Arbiter {
             (None, refusal)
                 if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) =>
             {
-                let refusal = refusal.unwrap_or_else(|| Refusal::budget(&clock));
+                let refusal = refusal.unwrap_or_else(|| Deferral::budget(&clock));
                 let mut decision = decision.deferred_until(refusal.retry_at, clock.db_now);
                 decision.limit = Some(refusal.limit);
                 decision

@@ -30,7 +30,7 @@ use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Rule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::store::claim::{ClaimGroup, ClaimLane, ClaimLeases, Claimant, EnforcedLane};
-use crate::store::{Refusal, Store, Take, WorkItem};
+use crate::store::{Deferral, Store, Take, WorkItem};
 
 /// Most items one claim may lease.
 pub const MAX_CLAIM: i64 = 100;
@@ -204,7 +204,7 @@ pub(super) struct Leased {
     pub leases: ClaimLeases,
     pub takes: Vec<Take>,
     /// Of the lanes whose take stopped short, the limit that lifts first.
-    pub lifts_first: Option<Refusal>,
+    pub lifts_first: Option<Deferral>,
 }
 
 impl Arbiter {
@@ -338,7 +338,7 @@ impl Arbiter {
         lanes: &'a Lanes,
         busy: impl Fn(&str, &[String]) -> bool,
         wanted: i64,
-    ) -> Result<(HeldTakes, Vec<EnforcedLane<'a>>, Option<Refusal>), StoreError> {
+    ) -> Result<(HeldTakes, Vec<EnforcedLane<'a>>, Option<Deferral>), StoreError> {
         let mut held = HeldTakes::new(self.store.clone());
         let mut enforced = Vec::new();
         let mut lifts_first = None;
@@ -392,7 +392,7 @@ impl Arbiter {
         &self,
         request: &ClaimRequest,
         horizon_seconds: f64,
-        lifts_first: Option<Refusal>,
+        lifts_first: Option<Deferral>,
     ) -> Result<Claim, StoreError> {
         let backlog = self
             .store
@@ -443,7 +443,7 @@ fn one_slot_of(item: &WorkItem) -> SlotRequest {
 }
 
 /// The refusal that lifts first.
-fn earliest(a: Option<Refusal>, b: Option<Refusal>) -> Option<Refusal> {
+fn earliest(a: Option<Deferral>, b: Option<Deferral>) -> Option<Deferral> {
     a.into_iter()
         .chain(b)
         .min_by_key(|refusal| refusal.retry_at)

@@ -23,7 +23,7 @@ use super::Arbiter;
 use crate::catalog::Snapshot;
 use crate::store::claim::{ClaimGroup, ClaimLane, Claimant};
 use crate::store::work::{Finish, PlaceLease, RetryDelay};
-use crate::store::{Refusal, Take, WorkItem};
+use crate::store::{Deferral, Take, WorkItem};
 
 /// Claims of one group: the same flows (sorted; `None`: all) and the same
 /// bypass horizon (its bits).
@@ -50,7 +50,7 @@ pub(super) struct ClaimShare {
     pub takes: Vec<Take>,
     /// For a claim that got nothing: of the limits that stopped the group's
     /// takes, the one that lifts first.
-    pub lifts_first: Option<Refusal>,
+    pub lifts_first: Option<Deferral>,
 }
 
 impl Arbiter {

@@ -27,7 +27,7 @@ use crate::catalog::{QuotaRule, Rule};
 use crate::decision::Limit;
 use crate::domain::rationing::{self, Ask, Rank, Taken};
 use crate::store::{
-    LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake, Refusal,
+    Deferral, LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake,
     Reservation, Store,
 };
 
@@ -46,7 +46,7 @@ struct Waiter {
 /// Enforced decisions are rationed; observed ones are spent regardless, in
 /// arrival order, each told whether enforcement would have refused it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Mode {
+enum Enforcement {
     Enforce,
     Observe,
 }
@@ -62,7 +62,7 @@ enum Kind {
 
 /// Four queues, by kind of statement and mode; each group goes across
 /// quotas.
-type Queues = Gather<(Kind, Mode), (), Waiter>;
+type Queues = Gather<(Kind, Enforcement), (), Waiter>;
 
 #[derive(Clone)]
 pub struct Coalescer {
@@ -96,7 +96,7 @@ impl Coalescer {
             needs_place: rule.quota.max_in_flight.is_some(),
             rank: Rank::new(deadline, priority, arrival),
         };
-        self.join(rule, Mode::Enforce, ask, arrival).await
+        self.join(rule, Enforcement::Enforce, ask, arrival).await
     }
 
     /// Spends `slots` of `rule`'s quota regardless, together with whoever
@@ -106,13 +106,13 @@ impl Coalescer {
         let ceiling = rule.quota.ceiling_for(rule.flow.priority);
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let ask = Ask::observed(slots, ceiling);
-        self.join(rule, Mode::Observe, ask, arrival).await
+        self.join(rule, Enforcement::Observe, ask, arrival).await
     }
 
     async fn join(
         &self,
         rule: &Rule,
-        mode: Mode,
+        mode: Enforcement,
         ask: Ask,
         arrival: u64,
     ) -> Result<Reservation, StoreError> {
@@ -126,8 +126,8 @@ impl Coalescer {
         // Observed decisions take no in-flight place: only a cadence makes
         // theirs a paced statement.
         let budget_only = match mode {
-            Mode::Enforce => rule.quota.decided_by_window_alone(),
-            Mode::Observe => rule.quota.cadence.is_none(),
+            Enforcement::Enforce => rule.quota.decided_by_window_alone(),
+            Enforcement::Observe => rule.quota.cadence.is_none(),
         };
         let kind = if budget_only {
             Kind::BudgetOnly
@@ -140,13 +140,13 @@ impl Coalescer {
     }
 
     /// Decides the queue, group after group, until it is empty.
-    async fn lead(self, key: (Kind, Mode)) {
+    async fn lead(self, key: (Kind, Enforcement)) {
         while let Some(((), mut group)) = self.queues.next_group(&key) {
             let decided = match key {
-                (Kind::BudgetOnly, Mode::Enforce) => self.decide_across(&mut group).await,
-                (Kind::Paced, Mode::Enforce) => self.decide_paced(&mut group).await,
-                (Kind::BudgetOnly, Mode::Observe) => self.observe_across(&mut group).await,
-                (Kind::Paced, Mode::Observe) => self.observe_paced(&mut group).await,
+                (Kind::BudgetOnly, Enforcement::Enforce) => self.decide_across(&mut group).await,
+                (Kind::Paced, Enforcement::Enforce) => self.decide_paced(&mut group).await,
+                (Kind::BudgetOnly, Enforcement::Observe) => self.observe_across(&mut group).await,
+                (Kind::Paced, Enforcement::Observe) => self.observe_paced(&mut group).await,
             };
             if let Err(error) = decided {
                 // The group's statement failed: every waiter not answered yet
@@ -186,7 +186,7 @@ impl Coalescer {
                 let _ = waiter.reply.send(Ok(Reservation {
                     clock: take.clock,
                     count_after: Some(count),
-                    refusal: would_defer.then(|| Refusal::budget(&take.clock)),
+                    refusal: would_defer.then(|| Deferral::budget(&take.clock)),
                     lease: None,
                 }));
             }
@@ -541,7 +541,7 @@ fn reservation(take: &QuotaTake, count_after: Option<i64>) -> Reservation {
     Reservation {
         clock: take.clock,
         count_after,
-        refusal: count_after.is_none().then(|| Refusal::budget(&take.clock)),
+        refusal: count_after.is_none().then(|| Deferral::budget(&take.clock)),
         lease: None,
     }
 }

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::reserve::first_lease_expiry;
+use super::leases::first_lease_expiry;
 use super::work::{
     first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, FirstLook, Lane,
     PlaceLease,
 };
-use super::{Refusal, Store, Take, WorkItem};
+use super::{Deferral, Store, Take, WorkItem};
 use crate::catalog::QuotaRule;
 use crate::decision::{Limit, Outcome};
 use crate::domain::rationing::share_up_to;
@@ -99,7 +99,7 @@ pub struct ClaimLeases {
     /// Slots of each enforced lane its leased items use (the rest go back).
     pub used: Vec<i64>,
     /// An enforced lane whose every in-flight place was leased: when the first frees.
-    pub places_full: Option<Refusal>,
+    pub places_full: Option<Deferral>,
 }
 
 impl Store {
@@ -221,7 +221,7 @@ impl Store {
                 want = free_places[index].len() as i64;
                 if want == 0 {
                     let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
-                    places_full = Some(Refusal {
+                    places_full = Some(Deferral {
                         limit: Limit::InFlight,
                         retry_at: expiry,
                     });

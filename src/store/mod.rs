@@ -18,9 +18,9 @@ mod bootstrap;
 pub mod claim;
 mod history;
 mod keys;
+mod leases;
 mod paced;
 mod reach;
-mod reserve;
 mod slots;
 mod stream;
 pub mod work;
@@ -32,9 +32,9 @@ pub use bootstrap::{
     seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS, MIGRATOR, OBJECTS_REVISION, VIEWS,
 };
 pub use keys::{ActiveKey, KeyRow};
+pub use leases::{AdaptedCadence, Deferral, Lease, LeaseHolder, LeaseRelease, ReleasedLease};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reach::unreachable;
-pub use reserve::{AdaptedCadence, Lease, LeaseHolder, LeaseRelease, Refusal, ReleasedLease};
 pub use slots::{QuotaAsk, QuotaTake, Take};
 pub use stream::QuotaShare;
 pub use work::{NewWork, WorkItem};
@@ -65,7 +65,7 @@ pub struct Reservation {
     /// The window's count after this reservation; `None` when it was refused.
     pub count_after: Option<i64>,
     /// What refused it; in observe mode, what would have.
-    pub refusal: Option<Refusal>,
+    pub refusal: Option<Deferral>,
     /// The concurrency lease a grant holds (quotas with `max_in_flight`).
     pub lease: Option<Lease>,
 }

@@ -5,7 +5,7 @@
 //! (`sql/give_back_paced.sql`). A grant gets its slots, its tokens and its
 //! place, or none of them.
 
-use super::{Lease, Refusal, Store, Take};
+use super::{Deferral, Lease, Store, Take};
 use crate::catalog::QuotaRule;
 use crate::clock::ClockReading;
 use crate::decision::Limit;
@@ -63,13 +63,13 @@ impl PacedTake {
 
     /// What a refusal by `limit` of an ask of `slots` says, `spent` tokens of
     /// this take being kept by others: when it could succeed.
-    pub fn refusal(&self, limit: Limit, slots: i64, spent: i64) -> Refusal {
+    pub fn refusal(&self, limit: Limit, slots: i64, spent: i64) -> Deferral {
         let retry_at = match limit {
-            Limit::Budget => return Refusal::budget(&self.clock),
+            Limit::Budget => return Deferral::budget(&self.clock),
             Limit::Cadence => self.tokens_at(spent + slots),
             Limit::InFlight => self.first_lease_expiry.unwrap_or(self.clock.db_now),
         };
-        Refusal { limit, retry_at }
+        Deferral { limit, retry_at }
     }
 
     /// When the bucket will have refilled to `tokens` counted from the take's

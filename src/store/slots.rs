@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{Refusal, Store};
+use super::{Deferral, Store};
 use crate::clock::ClockReading;
 
 /// What the take-up-to-k upsert answered.
@@ -15,7 +15,7 @@ pub struct Take {
     pub count_after: Option<i64>,
     /// Fewer than asked were taken: the limit that stopped the take, and
     /// when it lifts.
-    pub stopped_by: Option<Refusal>,
+    pub stopped_by: Option<Deferral>,
 }
 
 /// One quota's part of a take across quotas: what its group asked.
@@ -122,7 +122,7 @@ impl Store {
             clock,
             taken: row.taken,
             count_after: row.count_after,
-            stopped_by: (row.taken < k).then(|| Refusal::budget(&clock)),
+            stopped_by: (row.taken < k).then(|| Deferral::budget(&clock)),
         })
     }
 
@@ -171,7 +171,7 @@ mod tests {
             clock,
             taken: 3,
             count_after: Some(3),
-            stopped_by: Some(Refusal {
+            stopped_by: Some(Deferral {
                 limit: Limit::Cadence,
                 retry_at: now + Duration::seconds(2),
             }),

@@ -1,7 +1,7 @@
-//! What a reservation beyond the plain hourly budget answers (refusals,
-//! in-flight place leases) and what happens to it afterwards: a lease freed,
-//! the adaptive cadence fed by upstream statuses. Taking slots, tokens and
-//! places together is `paced.rs`.
+//! In-flight places and what follows a grant: the lease a grant holds on a
+//! place, what deferred a reservation (a [`Deferral`]: its limit and when it
+//! could succeed), a lease freed, and the adaptive cadence fed by upstream
+//! statuses. Taking slots, tokens and places together is `paced.rs`.
 
 use chrono::{DateTime, Utc};
 
@@ -12,16 +12,16 @@ use crate::decision::Limit;
 /// What refused the reservation (or, in observe mode, would have), and when
 /// it could succeed.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Refusal {
+pub struct Deferral {
     pub limit: Limit,
     pub retry_at: DateTime<Utc>,
 }
 
-impl Refusal {
+impl Deferral {
     /// The window (as `clock` read it) has too little left: more comes when
     /// it ends.
     pub fn budget(clock: &ClockReading) -> Self {
-        Refusal {
+        Deferral {
             limit: Limit::Budget,
             retry_at: clock.window_end,
         }
