@@ -105,24 +105,6 @@ pub struct Cadence {
     pub adaptive: bool,
 }
 
-impl Cadence {
-    /// The adaptive cadence's reading of the upstream's HTTP status (0: the
-    /// call timed out): back off hard on 429, gently on other failures, creep
-    /// back up on success; other answers (a 404, a redirect) say nothing
-    /// about the rate. The worker client's local fallback adapts by the same
-    /// rule (`quota_arbiter_client::multiplier`; tests/it/client.rs holds
-    /// the two equal for every status).
-    pub fn upstream_multiplier(status: u16) -> Option<f64> {
-        match status {
-            429 => Some(0.7),
-            0 => Some(0.8),
-            500..=599 => Some(0.9),
-            200..=299 => Some(1.05),
-            _ => None,
-        }
-    }
-}
-
 impl QuotaRule {
     /// Only the window's count decides (headroom included): concurrent
     /// decisions can share one take-up-to-k statement.

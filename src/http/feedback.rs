@@ -15,7 +15,7 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
 use crate::arbiter::StoreUnavailable;
-use crate::catalog::{validate_name, Cadence};
+use crate::catalog::validate_name;
 use crate::store::{LeaseHolder, LeaseRelease};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -171,8 +171,8 @@ pub async fn report_upstream(
         );
         answer.counted = Some(slots);
     }
-    if let Some(multiplier) = body.status.and_then(Cadence::upstream_multiplier) {
-        if let Some(adapted) = state.store.adapt_cadence(&quota, multiplier).await? {
+    if let Some(status) = body.status {
+        if let Some(adapted) = state.store.adapt_cadence(&quota, status).await? {
             answer.factor = Some(adapted.factor);
             answer.effective_rate = Some(adapted.effective_rate);
             answer.effective_burst = Some(adapted.effective_burst);

@@ -52,6 +52,7 @@ pub const FUNCTIONS: &[SqlObject] = &[
     sql_object!("functions", "window_end_of"),
     sql_object!("functions", "admit_window_of"),
     sql_object!("functions", "recovered_factor"),
+    sql_object!("functions", "upstream_multiplier"),
     sql_object!("functions", "work_state_now"),
     sql_object!("functions", "new_lease_id"),
     sql_object!("functions", "catalog_actor"),
@@ -83,8 +84,11 @@ pub const VIEWS: &[SqlObject] = &[
 /// oldest first: SHA-256 of the files in manifest order ([`objects_fingerprint`]).
 /// Append one with every change to a file (tests/it/schema.rs fails until
 /// then, naming it). The revision is the count.
-const OBJECTS_REVISIONS: &[&str] =
-    &["83cd10a00c61a1cb1f38adb510bf53a3717e415a3b076a821a719217d4d9ce26"];
+const OBJECTS_REVISIONS: &[&str] = &[
+    "83cd10a00c61a1cb1f38adb510bf53a3717e415a3b076a821a719217d4d9ce26",
+    // upstream_multiplier(): the arbiter's reading of a status, in SQL.
+    "21149f9845e09bd7fc4af58f752cc785be87e64399b4f8e88ea27e5c8e5b3aee",
+];
 
 /// The revision of the functions and views this build carries: a migrate
 /// applies them over the same or an older revision, and leaves a newer one

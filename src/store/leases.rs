@@ -87,14 +87,15 @@ impl Store {
         })
     }
 
-    /// Multiplies an adaptive quota's cadence factor; `None` when the quota
-    /// has no cadence or is not adaptive.
+    /// Adapts a quota's cadence factor to an upstream's `status`; `None`
+    /// when the quota has no cadence or is not adaptive, or the status says
+    /// nothing about the rate.
     pub async fn adapt_cadence(
         &self,
         quota: &str,
-        multiplier: f64,
+        status: u16,
     ) -> Result<Option<AdaptedCadence>, sqlx::Error> {
-        let row = sqlx::query_file!("sql/adapt_cadence.sql", quota, multiplier)
+        let row = sqlx::query_file!("sql/adapt_cadence.sql", quota, i32::from(status))
             .fetch_optional(self.pool())
             .await?;
         Ok(row.map(|r| AdaptedCadence {

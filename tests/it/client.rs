@@ -219,13 +219,22 @@ async fn the_arbiter_and_the_client_recover_the_factor_alike(pool: PgPool) {
     }
 }
 
-/// The arbiter and the worker client's local fallback read an upstream's
-/// status alike: every status a report may carry, and the ones it may not.
-#[test]
-fn the_arbiter_and_the_client_adapt_to_a_status_alike() {
-    for status in 0..=1000 {
+/// The arbiter (its SQL, `upstream_multiplier`) and the worker client's local
+/// fallback read an upstream's status alike: every status a report may
+/// carry, and the ones it may not.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn the_arbiter_and_the_client_adapt_to_a_status_alike(pool: PgPool) {
+    let arbiter: Vec<(i32, Option<f64>)> = sqlx::query_as(
+        "SELECT s, upstream_multiplier(s) FROM generate_series(0, 1000) s ORDER BY s",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(arbiter.len(), 1001);
+    for (status, multiplier) in arbiter {
+        let status = u16::try_from(status).unwrap();
         assert_eq!(
-            quota_arbiter::catalog::Cadence::upstream_multiplier(status),
+            multiplier,
             quota_arbiter_client::multiplier(status),
             "status {status}"
         );

@@ -293,13 +293,18 @@ pub async fn database_name(pool: &PgPool) -> String {
 
 /// A URL for this test's database, for server processes and proxies.
 pub async fn database_url(pool: &PgPool, host_port: &str) -> String {
+    url_of_database(&database_name(pool).await, host_port)
+}
+
+/// The URL of database `name` on the test server, reached at `host_port`.
+pub fn url_of_database(name: &str, host_port: &str) -> String {
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for the tests");
     let (scheme, rest) = base.split_once("://").expect("a URL");
     let user = rest
         .rsplit_once('@')
         .map(|(user, _)| format!("{user}@"))
         .unwrap_or_default();
-    format!("{scheme}://{user}{host_port}/{}", database_name(pool).await)
+    format!("{scheme}://{user}{host_port}/{name}")
 }
 
 /// The host:port of the test PostgreSQL server.

@@ -72,7 +72,7 @@ use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::helpers::{database_url, postgres_host_port, Replica, ADMIN_TOKEN};
+use crate::helpers::{database_url, postgres_host_port, url_of_database, Replica, ADMIN_TOKEN};
 
 /// Where the README's examples expect the service.
 const README_ADDRESS: &str = "localhost:8080";
@@ -191,7 +191,7 @@ async fn run_chapter(
     let _dropped = ScratchDatabase::create(admin, database)
         .await
         .map_err(setup)?;
-    let url = url_of_database(database);
+    let url = url_of_database(database, &postgres_host_port());
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .connect(&url)
@@ -254,17 +254,6 @@ impl Drop for ScratchDatabase {
             eprintln!("could not drop the scratch database {}", self.name);
         }
     }
-}
-
-/// The URL of database `name` on the test server.
-fn url_of_database(name: &str) -> String {
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for the tests");
-    let (scheme, rest) = base.split_once("://").expect("a URL");
-    let user = rest
-        .rsplit_once('@')
-        .map(|(user, _)| format!("{user}@"))
-        .unwrap_or_default();
-    format!("{scheme}://{user}{}/{name}", postgres_host_port())
 }
 
 /// The replica listens before it has read its catalog: the examples start once

@@ -5,9 +5,9 @@
 //! (`sql/functions/recovered_factor.sql`), an upstream answer's step
 //! (`sql/adapt_cadence.sql`), and the effective cadence that the paced take
 //! refills at (`sql/functions/take_paced_across.sql`), the `quota_cadence`
-//! view and the quota listing (`sql/list_quotas.sql`) show. (The service's own
-//! multipliers, `Cadence::upstream_multiplier`, are held equal to the client's
-//! in tests/it/client.rs.)
+//! view and the quota listing (`sql/list_quotas.sql`) show. (The arbiter's
+//! multipliers, `upstream_multiplier()` in SQL, are held equal to the
+//! client's in tests/it/client.rs.)
 //!
 //! Each grid runs in one transaction, so `arbiter_now()` is one instant
 //! throughout and an elapsed time set in SQL is the elapsed time the client is
@@ -16,7 +16,6 @@
 
 use std::time::Duration;
 
-use quota_arbiter::catalog::Cadence;
 use quota_arbiter_client::{adapt, recovered_factor, Limits};
 use sqlx::{PgPool, Row};
 
@@ -140,13 +139,13 @@ async fn an_upstream_answer_moves_the_sql_cadence_as_the_clients(pool: PgPool) {
         };
         for factor in FACTORS {
             for seconds in [0.0, 1.0, 59.5, 200.0, 3600.0] {
-                // What the service passes for the status
-                // (Cadence::upstream_multiplier, src/http/feedback.rs); a status
-                // without one adapts nothing and reaches no SQL. The client's
-                // adapt() applies its own multiplier().
-                for (status, multiplier) in STATUSES
+                // The SQL reads the status with upstream_multiplier(); a
+                // status without a multiplier adapts nothing (no row). The
+                // client's adapt() applies its own multiplier().
+                for status in STATUSES
                     .iter()
-                    .filter_map(|&s| Cadence::upstream_multiplier(s).map(|m| (s, m)))
+                    .copied()
+                    .filter(|&s| quota_arbiter_client::multiplier(s).is_some())
                 {
                     set_bucket(&mut tx, quota, factor, seconds).await;
                     let client = adapt(
@@ -157,7 +156,7 @@ async fn an_upstream_answer_moves_the_sql_cadence_as_the_clients(pool: PgPool) {
                     );
                     let row = sqlx::query(include_str!("../../sql/adapt_cadence.sql"))
                         .bind(quota)
-                        .bind(multiplier)
+                        .bind(i32::from(status))
                         .fetch_one(&mut *tx)
                         .await
                         .unwrap();
