@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::catalog::{Catalog, Mode, Rule};
+use crate::catalog::{Catalog, Mode, Rule, Snapshot};
 use crate::clock::DbClock;
 use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::metrics::Metrics;
@@ -90,21 +90,18 @@ impl Arbiter {
     // is there at every level.
     #[tracing::instrument(level = "debug", skip(self, request), fields(flow = %request.flow, count = request.count))]
     pub async fn decide(&self, request: &SlotRequest) -> Result<Decision, StoreError> {
-        // Before the first catalog load nobody can tell an enforced flow from
-        // an unknown one: fail closed rather than wave everything through.
-        let snapshot = self.catalog.snapshot().ok_or_else(catalog_not_loaded)?;
-        let Some(rule) = snapshot.rule(&request.flow) else {
-            return Ok(self.settle(
-                Decision::new(Outcome::Unthrottled, &request.flow),
-                request.deadline.is_some(),
-                false,
-            ));
-        };
-        let decision = with_rule(&rule);
-        let decision = match rule.flow.mode {
-            Mode::Count => self.count_after_the_fact(decision, &rule, request.count),
-            Mode::Observe => self.observe(decision, &rule, request).await,
-            Mode::Enforce => self.enforce(decision, &rule, request).await?,
+        let decision = match Route::of(self.catalog.snapshot().as_deref(), &request.flow) {
+            Route::CatalogNotLoaded => return Err(catalog_not_loaded()),
+            Route::Unknown => {
+                return Ok(self.settle(
+                    Decision::new(Outcome::Unthrottled, &request.flow),
+                    request.deadline.is_some(),
+                    false,
+                ))
+            }
+            Route::Count(rule) => self.count_after_the_fact(with_rule(&rule), &rule, request.count),
+            Route::Observe(rule) => self.observe(with_rule(&rule), &rule, request).await,
+            Route::Enforce(rule) => self.enforce(with_rule(&rule), &rule, request).await?,
         };
         Ok(self.settle(decision, request.deadline.is_some(), true))
     }
@@ -245,6 +242,40 @@ fn with_rule(rule: &Rule) -> Decision {
     decision
 }
 
+/// Which way a decision about a flow goes, by the replica's catalog: the one
+/// rule every decision path (a reservation, a batch's items, a claim's
+/// flows) dispatches on. Work due within the bypass horizon is let through
+/// before any of this (`BypassDesk`).
+pub(crate) enum Route {
+    /// Before the first catalog load nobody can tell an enforced flow from an
+    /// unknown one: fail closed rather than wave everything through.
+    CatalogNotLoaded,
+    /// A flow the catalog does not know is never throttled.
+    Unknown,
+    /// `count`: spent after the fact, never throttled.
+    Count(Rule),
+    /// `observe`: spent and granted, told whether enforcing would defer.
+    Observe(Rule),
+    /// `enforce`: rationed; what does not fit is deferred.
+    Enforce(Rule),
+}
+
+impl Route {
+    pub(crate) fn of(snapshot: Option<&Snapshot>, flow: &str) -> Route {
+        let Some(snapshot) = snapshot else {
+            return Route::CatalogNotLoaded;
+        };
+        match snapshot.rule(flow) {
+            None => Route::Unknown,
+            Some(rule) => match rule.flow.mode {
+                Mode::Count => Route::Count(rule),
+                Mode::Observe => Route::Observe(rule),
+                Mode::Enforce => Route::Enforce(rule),
+            },
+        }
+    }
+}
+
 /// Before the first catalog load nobody can tell an enforced flow from an
 /// unknown one: the decision paths fail closed.
 fn catalog_not_loaded() -> StoreError {
@@ -311,6 +342,54 @@ mod tests {
 
     fn refused(reference: Option<&str>) -> SlotRequest {
         SlotRequest::new("f".into(), None, None, reference.map(String::from)).unwrap()
+    }
+
+    #[test]
+    fn a_decision_routes_by_the_catalog_and_the_flows_mode() {
+        let quota = crate::catalog::QuotaRule {
+            name: "ppf".into(),
+            hourly_ceiling: 10,
+            cadence: None,
+            max_in_flight: None,
+            priority2_share: None,
+            priority3_share: None,
+        };
+        let flow = |name: &str, mode| crate::catalog::FlowRule {
+            name: name.into(),
+            quota: "ppf".into(),
+            mode,
+            priority: 2,
+            enforce_percent: 100,
+        };
+        let flows = vec![
+            flow("counted", Mode::Count),
+            flow("observed", Mode::Observe),
+            flow("enforced", Mode::Enforce),
+            // A flow whose quota the snapshot lacks is no rule: unknown.
+            crate::catalog::FlowRule {
+                quota: "gone".into(),
+                ..flow("orphan", Mode::Enforce)
+            },
+        ];
+        let snapshot = Snapshot::of(vec![quota], flows);
+        let route = |name| match Route::of(Some(&snapshot), name) {
+            Route::CatalogNotLoaded => "fail closed".to_string(),
+            Route::Unknown => "unknown".to_string(),
+            Route::Count(rule) => format!("count {}", rule.flow.name),
+            Route::Observe(rule) => format!("observe {}", rule.flow.name),
+            Route::Enforce(rule) => format!("enforce {} on {}", rule.flow.name, rule.quota.name),
+        };
+        assert_eq!(route("counted"), "count counted");
+        assert_eq!(route("observed"), "observe observed");
+        assert_eq!(route("enforced"), "enforce enforced on ppf");
+        assert_eq!(route("orphan"), "unknown");
+        assert_eq!(route("nobody"), "unknown");
+        for flow in ["enforced", "nobody"] {
+            assert!(
+                matches!(Route::of(None, flow), Route::CatalogNotLoaded),
+                "{flow}: before the first catalog load every flow fails closed"
+            );
+        }
     }
 
     #[test]

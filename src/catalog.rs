@@ -151,6 +151,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// A snapshot of these quotas and flows (no route class), as unit tests
+    /// of the decision paths build one.
+    #[cfg(test)]
+    pub(crate) fn of(quotas: Vec<QuotaRule>, flows: Vec<FlowRule>) -> Self {
+        Snapshot {
+            quotas: quotas.into_iter().map(|q| (q.name.clone(), q)).collect(),
+            flows: flows.into_iter().map(|f| (f.name.clone(), f)).collect(),
+            route_classes: HashMap::new(),
+        }
+    }
+
     pub fn rule(&self, flow: &str) -> Option<Rule> {
         let flow = self.flows.get(flow)?;
         let quota = self.quotas.get(&flow.quota)?;

@@ -7,9 +7,9 @@
 //! (design.md §9).
 
 use super::shell::{StoreError, RETRY_AFTER_UNAVAILABLE};
-use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter};
+use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Route};
 use crate::bypass::BypassDesk;
-use crate::catalog::{Mode, Rule};
+use crate::catalog::Rule;
 use crate::decision::{Decision, Outcome, SlotRequest};
 use crate::domain::rationing::Rank;
 
@@ -141,20 +141,12 @@ impl Arbiter {
                 sorted.due.push(i);
                 continue;
             }
-            // Before the first catalog load an enforced flow cannot be told
-            // from an unknown one: fail closed, as /v1/reserve does.
-            if snapshot.is_none() {
-                sorted.undecided.items.push((i, None));
-                continue;
-            }
-            let Some(rule) = rules[i].clone() else {
-                sorted.unknown.push(i);
-                continue;
-            };
-            match rule.flow.mode {
-                Mode::Count => sorted.counted.push((i, rule)),
-                Mode::Observe => sorted.observed.push((i, rule)),
-                Mode::Enforce => sorted.enforced.push((i, rule)),
+            match Route::of(snapshot.as_deref(), &requests[i].flow) {
+                Route::CatalogNotLoaded => sorted.undecided.items.push((i, None)),
+                Route::Unknown => sorted.unknown.push(i),
+                Route::Count(rule) => sorted.counted.push((i, rule)),
+                Route::Observe(rule) => sorted.observed.push((i, rule)),
+                Route::Enforce(rule) => sorted.enforced.push((i, rule)),
             }
         }
         sorted

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::shell::{Operation, Shell, StoreError};
-use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter};
+use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Route};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Rule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
@@ -99,13 +99,12 @@ impl Lanes {
             None => snapshot.flows().map(|flow| flow.name.as_str()).collect(),
         };
         for name in names {
-            let Some(rule) = snapshot.rule(name) else {
-                continue;
-            };
-            let lane = match rule.flow.mode {
-                Mode::Enforce => &mut lanes.enforced,
-                Mode::Observe => &mut lanes.observed,
-                Mode::Count => continue,
+            // Count-mode flows are never throttled and unknown ones hold no
+            // work to ration: neither has a lane.
+            let (lane, rule) = match Route::of(Some(snapshot), name) {
+                Route::Enforce(rule) => (&mut lanes.enforced, rule),
+                Route::Observe(rule) => (&mut lanes.observed, rule),
+                Route::Count(_) | Route::Unknown | Route::CatalogNotLoaded => continue,
             };
             let entry = lane
                 .entry(rule.quota.name.clone())
