@@ -157,8 +157,7 @@ impl Decision {
 
     /// A deferral until `retry_at`, given the database's `now`.
     pub fn deferred_until(mut self, retry_at: DateTime<Utc>, db_now: DateTime<Utc>) -> Self {
-        let millis = (retry_at - db_now).num_milliseconds().max(0);
-        let seconds = (millis + 999) / 1000;
+        let seconds = crate::domain::seconds_rounded_up((retry_at - db_now).num_milliseconds());
         self.outcome = Outcome::Deferred;
         self.retry_at = Some(retry_at);
         self.retry_after_seconds = Some(seconds);

@@ -12,6 +12,14 @@ use utoipa::ToSchema;
 
 pub mod rationing;
 
+/// A wait in milliseconds as whole seconds, rounded up and never below 0:
+/// a wait said in seconds (`Retry-After`, `retry_after_seconds`, a RateLimit
+/// field's `t`) is never shorter than the real one. The one rounding of
+/// every answer that says how long to wait.
+pub fn seconds_rounded_up(millis: i64) -> i64 {
+    (millis.max(0) + 999) / 1000
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
@@ -165,4 +173,24 @@ pub enum Access {
     /// Probes and the API description: no key.
     Open,
     AtLeast(Role),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_in_seconds_is_never_shorter_than_the_real_one() {
+        for (millis, seconds) in [
+            (-5_000, 0),
+            (0, 0),
+            (1, 1),
+            (999, 1),
+            (1_000, 1),
+            (1_001, 2),
+            (3_599_500, 3_600),
+        ] {
+            assert_eq!(seconds_rounded_up(millis), seconds, "{millis} ms");
+        }
+    }
 }

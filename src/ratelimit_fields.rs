@@ -11,11 +11,16 @@ pub const POLICY: &str = "ratelimit-policy";
 /// The `RateLimit` field's name.
 pub const LIMIT: &str = "ratelimit";
 
-/// Seconds rounded up, at least 1; `None` when not a finite, bounded number.
+/// Seconds rounded up (`domain::seconds_rounded_up`), at least 1: a field's
+/// `t` of 0 would say "now" of a limit still in force. `None` when not a
+/// finite, bounded number.
 pub fn whole_seconds(seconds: f64) -> Option<u64> {
     // A year is far beyond any wait a client would keep to by itself.
     const MAX: f64 = 86_400.0 * 366.0;
-    (seconds.is_finite() && seconds <= MAX).then(|| seconds.ceil().max(1.0) as u64)
+    (seconds.is_finite() && seconds <= MAX).then(|| {
+        let millis = (seconds * 1000.0).ceil() as i64;
+        crate::domain::seconds_rounded_up(millis).max(1) as u64
+    })
 }
 
 /// `RateLimit-Policy`: the policy `name` allows `quota` units per `window`
