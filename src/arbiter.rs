@@ -90,18 +90,20 @@ impl Arbiter {
     // is there at every level.
     #[tracing::instrument(level = "debug", skip(self, request), fields(flow = %request.flow, count = request.count))]
     pub async fn decide(&self, request: &SlotRequest) -> Result<Decision, StoreError> {
-        let decision = match Route::of(self.catalog.snapshot().as_deref(), &request.flow) {
-            Route::CatalogNotLoaded => return Err(catalog_not_loaded()),
-            Route::Unknown => {
+        let decision = match Handling::of(self.catalog.snapshot().as_deref(), &request.flow) {
+            Handling::CatalogNotLoaded => return Err(catalog_not_loaded()),
+            Handling::Unknown => {
                 return Ok(self.settle(
                     Decision::new(Outcome::Unthrottled, &request.flow),
                     request.deadline.is_some(),
                     false,
                 ))
             }
-            Route::Count(rule) => self.count_after_the_fact(with_rule(&rule), &rule, request.count),
-            Route::Observe(rule) => self.observe(with_rule(&rule), &rule, request).await,
-            Route::Enforce(rule) => self.enforce(with_rule(&rule), &rule, request).await?,
+            Handling::Count(rule) => {
+                self.count_after_the_fact(with_rule(&rule), &rule, request.count)
+            }
+            Handling::Observe(rule) => self.observe(with_rule(&rule), &rule, request).await,
+            Handling::Enforce(rule) => self.enforce(with_rule(&rule), &rule, request).await?,
         };
         Ok(self.settle(decision, request.deadline.is_some(), true))
     }
@@ -242,11 +244,11 @@ fn with_rule(rule: &Rule) -> Decision {
     decision
 }
 
-/// Which way a decision about a flow goes, by the replica's catalog: the one
+/// How a decision about a flow is handled, by the replica's catalog: the one
 /// rule every decision path (a reservation, a batch's items, a claim's
 /// flows) dispatches on. Work due within the bypass horizon is let through
 /// before any of this (`BypassDesk`).
-pub(crate) enum Route {
+pub(crate) enum Handling {
     /// Before the first catalog load nobody can tell an enforced flow from an
     /// unknown one: fail closed rather than wave everything through.
     CatalogNotLoaded,
@@ -260,17 +262,17 @@ pub(crate) enum Route {
     Enforce(Rule),
 }
 
-impl Route {
-    pub(crate) fn of(snapshot: Option<&Snapshot>, flow: &str) -> Route {
+impl Handling {
+    pub(crate) fn of(snapshot: Option<&Snapshot>, flow: &str) -> Handling {
         let Some(snapshot) = snapshot else {
-            return Route::CatalogNotLoaded;
+            return Handling::CatalogNotLoaded;
         };
         match snapshot.rule(flow) {
-            None => Route::Unknown,
+            None => Handling::Unknown,
             Some(rule) => match rule.flow.mode {
-                Mode::Count => Route::Count(rule),
-                Mode::Observe => Route::Observe(rule),
-                Mode::Enforce => Route::Enforce(rule),
+                Mode::Count => Handling::Count(rule),
+                Mode::Observe => Handling::Observe(rule),
+                Mode::Enforce => Handling::Enforce(rule),
             },
         }
     }
@@ -372,12 +374,12 @@ mod tests {
             },
         ];
         let snapshot = Snapshot::of(vec![quota], flows);
-        let route = |name| match Route::of(Some(&snapshot), name) {
-            Route::CatalogNotLoaded => "fail closed".to_string(),
-            Route::Unknown => "unknown".to_string(),
-            Route::Count(rule) => format!("count {}", rule.flow.name),
-            Route::Observe(rule) => format!("observe {}", rule.flow.name),
-            Route::Enforce(rule) => format!("enforce {} on {}", rule.flow.name, rule.quota.name),
+        let route = |name| match Handling::of(Some(&snapshot), name) {
+            Handling::CatalogNotLoaded => "fail closed".to_string(),
+            Handling::Unknown => "unknown".to_string(),
+            Handling::Count(rule) => format!("count {}", rule.flow.name),
+            Handling::Observe(rule) => format!("observe {}", rule.flow.name),
+            Handling::Enforce(rule) => format!("enforce {} on {}", rule.flow.name, rule.quota.name),
         };
         assert_eq!(route("counted"), "count counted");
         assert_eq!(route("observed"), "observe observed");
@@ -386,7 +388,7 @@ mod tests {
         assert_eq!(route("nobody"), "unknown");
         for flow in ["enforced", "nobody"] {
             assert!(
-                matches!(Route::of(None, flow), Route::CatalogNotLoaded),
+                matches!(Handling::of(None, flow), Handling::CatalogNotLoaded),
                 "{flow}: before the first catalog load every flow fails closed"
             );
         }

@@ -7,7 +7,7 @@
 //! (design.md §9).
 
 use super::shell::{StoreError, RETRY_AFTER_UNAVAILABLE};
-use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Route};
+use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Handling};
 use crate::bypass::BypassDesk;
 use crate::catalog::Rule;
 use crate::decision::{Decision, Outcome, SlotRequest};
@@ -141,12 +141,12 @@ impl Arbiter {
                 sorted.due.push(i);
                 continue;
             }
-            match Route::of(snapshot.as_deref(), &requests[i].flow) {
-                Route::CatalogNotLoaded => sorted.undecided.items.push((i, None)),
-                Route::Unknown => sorted.unknown.push(i),
-                Route::Count(rule) => sorted.counted.push((i, rule)),
-                Route::Observe(rule) => sorted.observed.push((i, rule)),
-                Route::Enforce(rule) => sorted.enforced.push((i, rule)),
+            match Handling::of(snapshot.as_deref(), &requests[i].flow) {
+                Handling::CatalogNotLoaded => sorted.undecided.items.push((i, None)),
+                Handling::Unknown => sorted.unknown.push(i),
+                Handling::Count(rule) => sorted.counted.push((i, rule)),
+                Handling::Observe(rule) => sorted.observed.push((i, rule)),
+                Handling::Enforce(rule) => sorted.enforced.push((i, rule)),
             }
         }
         sorted

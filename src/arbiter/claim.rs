@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::shell::{Operation, Shell, StoreError};
-use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Route};
+use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Handling};
 use crate::bypass::BypassDesk;
 use crate::catalog::{Mode, QuotaRule, Rule, Snapshot};
 use crate::decision::{Decision, Limit, Outcome, SlotRequest};
@@ -101,10 +101,10 @@ impl Lanes {
         for name in names {
             // Count-mode flows are never throttled and unknown ones hold no
             // work to ration: neither has a lane.
-            let (lane, rule) = match Route::of(Some(snapshot), name) {
-                Route::Enforce(rule) => (&mut lanes.enforced, rule),
-                Route::Observe(rule) => (&mut lanes.observed, rule),
-                Route::Count(_) | Route::Unknown | Route::CatalogNotLoaded => continue,
+            let (lane, rule) = match Handling::of(Some(snapshot), name) {
+                Handling::Enforce(rule) => (&mut lanes.enforced, rule),
+                Handling::Observe(rule) => (&mut lanes.observed, rule),
+                Handling::Count(_) | Handling::Unknown | Handling::CatalogNotLoaded => continue,
             };
             let entry = lane
                 .entry(rule.quota.name.clone())
