@@ -17,7 +17,7 @@ use crate::store::{FlowRow, QuotaRow, WhenMissing};
 /// Who the audit trail names for changes made with the admin token.
 pub(super) const ADMIN_ACTOR: &str = "api:admin";
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_quotas))
         .routes(routes!(get_quota, put_quota, patch_quota, delete_quota))
@@ -26,13 +26,13 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct QuotaList {
-    pub quotas: Vec<QuotaRow>,
+pub(crate) struct QuotaList {
+    pub(crate) quotas: Vec<QuotaRow>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct FlowList {
-    pub flows: Vec<FlowRow>,
+pub(crate) struct FlowList {
+    pub(crate) flows: Vec<FlowRow>,
 }
 
 pub(super) fn valid_name(name: &str, what: &str) -> Result<(), ApiError> {
@@ -51,7 +51,7 @@ pub(super) async fn changed<T>(state: &AppState, answer: T) -> Result<T, ApiErro
     params(("name" = String, Path, description = "Quota name")),
     security(("admin_token" = [])),
     responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 404, body = Problem)))]
-pub async fn get_quota(
+pub(crate) async fn get_quota(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -68,7 +68,7 @@ pub async fn get_quota(
     params(("name" = String, Path, description = "Quota name")),
     security(("admin_token" = [])),
     responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 422, body = Problem)))]
-pub async fn put_quota(
+pub(crate) async fn put_quota(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -90,7 +90,7 @@ pub async fn put_quota(
     security(("admin_token" = [])),
     responses((status = 200, body = QuotaRow), (status = 401, body = Problem), (status = 404, body = Problem),
         (status = 422, body = Problem)))]
-pub async fn patch_quota(
+pub(crate) async fn patch_quota(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -116,7 +116,7 @@ pub async fn patch_quota(
     security(("admin_token" = [])),
     responses((status = 204), (status = 401, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem)))]
-pub async fn delete_quota(
+pub(crate) async fn delete_quota(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -129,7 +129,7 @@ pub async fn delete_quota(
 /// List quotas.
 #[utoipa::path(get, path = "/v1/quotas", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, body = QuotaList), (status = 401, body = Problem)))]
-pub async fn list_quotas(
+pub(crate) async fn list_quotas(
     _: Admin,
     State(state): State<AppState>,
 ) -> Result<Json<QuotaList>, ApiError> {
@@ -143,7 +143,7 @@ pub async fn list_quotas(
     params(("name" = String, Path, description = "Flow name")),
     security(("admin_token" = [])),
     responses((status = 200, body = FlowRow), (status = 401, body = Problem), (status = 404, body = Problem)))]
-pub async fn get_flow(
+pub(crate) async fn get_flow(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -161,7 +161,7 @@ pub async fn get_flow(
     params(("name" = String, Path, description = "Flow name")),
     security(("admin_token" = [])),
     responses((status = 200, body = FlowRow), (status = 401, body = Problem), (status = 422, body = Problem)))]
-pub async fn put_flow(
+pub(crate) async fn put_flow(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -186,7 +186,7 @@ pub async fn put_flow(
     security(("admin_token" = [])),
     responses((status = 200, body = FlowRow), (status = 401, body = Problem), (status = 404, body = Problem),
         (status = 422, body = Problem)))]
-pub async fn patch_flow(
+pub(crate) async fn patch_flow(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -216,7 +216,7 @@ pub async fn patch_flow(
     security(("admin_token" = [])),
     responses((status = 204), (status = 401, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem)))]
-pub async fn delete_flow(
+pub(crate) async fn delete_flow(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -229,7 +229,7 @@ pub async fn delete_flow(
 /// List flows with their modes.
 #[utoipa::path(get, path = "/v1/flows", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, body = FlowList), (status = 401, body = Problem)))]
-pub async fn list_flows(
+pub(crate) async fn list_flows(
     _: Admin,
     State(state): State<AppState>,
 ) -> Result<Json<FlowList>, ApiError> {

@@ -22,38 +22,38 @@ use crate::arbiter::StoreError;
 use crate::metrics::UNKNOWN_ROUTE_CLASS;
 use crate::ratelimit_fields;
 
-pub const PRINCIPAL_HEADER: &str = "x-quota-principal";
-pub const TENANT_HEADER: &str = "x-quota-tenant";
-pub const ROUTE_CLASS_HEADER: &str = "x-quota-route-class";
+pub(crate) const PRINCIPAL_HEADER: &str = "x-quota-principal";
+pub(crate) const TENANT_HEADER: &str = "x-quota-tenant";
+pub(crate) const ROUTE_CLASS_HEADER: &str = "x-quota-route-class";
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(admit_by_headers, admit_by_body))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AdmitBody {
+pub(crate) struct AdmitBody {
     /// The caller the gateway authenticated; with `tenant`, or neither for an
     /// anonymous caller (counted by its network range).
     #[schema(schema_with = crate::input::schema::optional_identifier)]
-    pub principal: Option<String>,
+    pub(crate) principal: Option<String>,
     /// The principal's tenant; with `principal`, or neither.
     #[schema(schema_with = crate::input::schema::optional_identifier)]
-    pub tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     /// The route class whose profile applies.
     #[schema(schema_with = crate::input::schema::name)]
-    pub route_class: String,
+    pub(crate) route_class: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Admitted {
+pub(crate) struct Admitted {
     /// Always true: every refusal is a problem document.
-    pub admitted: bool,
+    pub(crate) admitted: bool,
 }
 
 /// The peer's address, when the server was started with it (a real
 /// listener); the anonymous class falls back on it without a trusted header.
-pub struct Peer(Option<IpAddr>);
+pub(crate) struct Peer(Option<IpAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Peer {
     type Rejection = std::convert::Infallible;
@@ -78,7 +78,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
     // 404, 429, 503 and the RateLimit fields: `contract::document_admission`.
     responses((status = 204, description = "Admitted"))
 )]
-pub async fn admit_by_headers(
+pub(crate) async fn admit_by_headers(
     State(state): State<AppState>,
     Peer(peer): Peer,
     headers: HeaderMap,
@@ -109,7 +109,7 @@ pub async fn admit_by_headers(
     // 404, 429, 503 and the RateLimit fields: `contract::document_admission`.
     responses((status = 200, description = "Admitted", body = Admitted))
 )]
-pub async fn admit_by_body(
+pub(crate) async fn admit_by_body(
     State(state): State<AppState>,
     Peer(peer): Peer,
     headers: HeaderMap,

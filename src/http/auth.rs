@@ -17,7 +17,7 @@ use crate::auth::{self, Access, AuthMode, Denied, Principal};
 /// whose role is below `access`, the one its route's group declares (403),
 /// and hands the caller on to the handlers. In `open` mode every caller is
 /// trusted, as before keys existed.
-pub async fn authorize(
+pub(crate) async fn authorize(
     State((state, access)): State<(AppState, Access)>,
     mut request: Request,
     next: Next,
@@ -47,7 +47,7 @@ pub async fn authorize(
 
 /// The caller the middleware let through; `None` in `open` mode (and on the
 /// open routes).
-pub struct Caller(pub Option<Principal>);
+pub(crate) struct Caller(pub Option<Principal>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = Infallible;
@@ -61,7 +61,7 @@ impl Caller {
     /// Records that this caller's key took `leases`, so that only it (or an
     /// admin) frees them. Not recorded, a lease is an admin's to free and
     /// otherwise expires by itself: the grant still stands.
-    pub async fn took(&self, state: &AppState, leases: impl IntoIterator<Item = i64>) {
+    pub(crate) async fn took(&self, state: &AppState, leases: impl IntoIterator<Item = i64>) {
         let Some(key_id) = self.0.as_ref().and_then(|caller| caller.key_id) else {
             return;
         };
@@ -81,7 +81,11 @@ impl Caller {
 
     /// In `keys` mode only the key that took lease `lease_id`, or an admin,
     /// frees it; in `open` mode there are no keys and anyone may.
-    pub async fn may_release(&self, state: &AppState, lease_id: i64) -> Result<(), ApiError> {
+    pub(crate) async fn may_release(
+        &self,
+        state: &AppState,
+        lease_id: i64,
+    ) -> Result<(), ApiError> {
         let Some(caller) = &self.0 else {
             return Ok(());
         };

@@ -55,27 +55,27 @@ const fn decimal_digits(mut n: i64) -> usize {
 /// A batch's items have the shape of a `POST /v1/reserve` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BatchBody {
+pub(crate) struct BatchBody {
     #[schema(min_items = 1, max_items = 500)]
-    pub items: Vec<ReserveBody>,
+    pub(crate) items: Vec<ReserveBody>,
 }
 
 /// One decision per item, in input order.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct BatchDecisions {
-    pub decisions: Vec<BatchDecision>,
+pub(crate) struct BatchDecisions {
+    pub(crate) decisions: Vec<BatchDecision>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct BatchDecision {
+pub(crate) struct BatchDecision {
     /// The item's `ref`, echoed.
     #[serde(rename = "ref")]
-    pub reference: Option<String>,
+    pub(crate) reference: Option<String>,
     #[serde(flatten)]
-    pub decision: Decision,
+    pub(crate) decision: Decision,
 }
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(reserve_batch))
         .layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES))
@@ -106,7 +106,7 @@ pub fn router() -> OpenApiRouter<AppState> {
          )),
     )
 )]
-pub async fn reserve_batch(
+pub(crate) async fn reserve_batch(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<BatchBody>,

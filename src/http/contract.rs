@@ -18,7 +18,7 @@ use crate::auth::Access;
 use crate::input;
 
 /// Completes every operation of the document.
-pub fn complete(openapi: &mut OpenApi) {
+pub(crate) fn complete(openapi: &mut OpenApi) {
     refine_bodies(openapi);
     document_admission(openapi);
     for (path, item) in openapi.paths.paths.iter_mut() {
@@ -174,10 +174,10 @@ fn document_admission(openapi: &mut OpenApi) {
 
 /// The document's word for the least role an operation needs in `keys`
 /// mode: `none`, `operator`, `worker` or `admin`.
-pub const REQUIRED_ROLE: &str = "x-required-role";
+pub(crate) const REQUIRED_ROLE: &str = "x-required-role";
 
 /// Writes `access` on every operation of `openapi` ([`REQUIRED_ROLE`]).
-pub fn require(openapi: &mut OpenApi, access: Access) {
+pub(crate) fn require(openapi: &mut OpenApi, access: Access) {
     let role = match access {
         Access::Open => "none",
         Access::AtLeast(role) => role.as_str(),

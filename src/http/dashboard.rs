@@ -27,7 +27,7 @@ const SERIES: [(&str, &str); 5] = [
     ("unthrottled", "unthrottled"),
 ];
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(dashboard))
 }
 
@@ -39,7 +39,7 @@ pub fn router() -> OpenApiRouter<AppState> {
          content_type = "application/problem+json"),
         (status = 503, description = "HTML page with an outage banner: the store cannot be reached",
          content_type = "text/html")))]
-pub async fn dashboard(State(state): State<AppState>) -> Response {
+pub(crate) async fn dashboard(State(state): State<AppState>) -> Response {
     let read = async {
         let usage = state.store.current_usage().await?;
         let windows = state.store.recent_windows(None, 24).await?;

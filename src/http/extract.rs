@@ -13,7 +13,7 @@ use super::AppState;
 
 /// `axum::Json`, but a bad body becomes an [`ApiError`], and every body is
 /// a JSON object: serde would take a struct written as an array (`[1, 2]`).
-pub struct ApiJson<T>(pub T);
+pub(crate) struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
@@ -66,7 +66,7 @@ fn json_content_type(headers: &HeaderMap) -> bool {
 }
 
 /// `axum::extract::Path`, with problem+json rejections.
-pub struct ApiPath<T>(pub T);
+pub(crate) struct ApiPath<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiPath<T>
 where
@@ -83,7 +83,7 @@ where
 }
 
 /// `axum::extract::Query`, with problem+json rejections.
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiQuery<T>
 where
@@ -101,7 +101,7 @@ where
 
 /// Proof that the caller presented the admin bearer token, or in `keys` mode
 /// a key whose role the route admits.
-pub struct Admin;
+pub(crate) struct Admin;
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
@@ -132,7 +132,7 @@ impl FromRequestParts<AppState> for Admin {
 
 /// An optional RFC 3339 timestamp field that names its expected form when it
 /// is wrong (serde's own message for a zoneless one is "premature end of input").
-pub fn optional_timestamp<'de, D>(d: D) -> Result<Option<DateTime<Utc>>, D::Error>
+pub(crate) fn optional_timestamp<'de, D>(d: D) -> Result<Option<DateTime<Utc>>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {

@@ -18,7 +18,7 @@ use crate::arbiter::StoreUnavailable;
 use crate::catalog::validate_name;
 use crate::store::{LeaseHolder, LeaseRelease};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(report_upstream))
 }
 
@@ -26,42 +26,42 @@ pub fn router() -> OpenApiRouter<AppState> {
 const MAX_DURATION_MS: u64 = 3_600_000;
 /// Most degraded slots one report may count (a client sends what it holds in
 /// several reports beyond this).
-pub const MAX_DEGRADED: u32 = 1_000_000;
+pub(crate) const MAX_DEGRADED: u32 = 1_000_000;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct FeedbackBody {
+pub(crate) struct FeedbackBody {
     /// The flow that emitted: its quota's cadence adapts. Or name the `quota`.
     #[schema(schema_with = crate::input::schema::optional_name)]
-    pub flow: Option<String>,
+    pub(crate) flow: Option<String>,
     #[schema(schema_with = crate::input::schema::optional_name)]
-    pub quota: Option<String>,
+    pub(crate) quota: Option<String>,
     /// The upstream's HTTP status; 0 when the call timed out.
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     #[schema(minimum = 0, maximum = 599)]
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// How long the emission took; with `lease_id`, this feeds the flow's
     /// average hold time (else the time the lease was held does).
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     #[schema(minimum = 0, maximum = 3600000)]
-    pub duration_ms: Option<u64>,
+    pub(crate) duration_ms: Option<u64>,
     /// The lease of the grant, to free its in-flight place: the string the
     /// grant gave (an integer is still read, deprecated).
     #[serde(default, deserialize_with = "crate::input::exact_id::optional")]
     #[schema(schema_with = crate::input::exact_id::optional_input_schema)]
-    pub lease_id: Option<i64>,
+    pub(crate) lease_id: Option<i64>,
     /// Slots the client's local fallback spent (`degraded` decisions) while
     /// the arbiter was unreachable: added to the quota's window the database
     /// clock is in when the report arrives, like count mode's slots.
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     #[schema(minimum = 1, maximum = 1000000)]
-    pub degraded: Option<u32>,
+    pub(crate) degraded: Option<u32>,
     /// How many of those local decisions were work due within the bypass
     /// horizon, let through at once instead of waiting for the client's
     /// share: tallied as `bypassed` for the reporting flow.
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
     #[schema(minimum = 1, maximum = 1000000)]
-    pub bypassed: Option<u32>,
+    pub(crate) bypassed: Option<u32>,
 }
 
 impl FeedbackBody {
@@ -103,20 +103,20 @@ impl FeedbackBody {
 }
 
 #[derive(Debug, Default, Serialize, ToSchema)]
-pub struct FeedbackAnswer {
+pub(crate) struct FeedbackAnswer {
     /// Whether the lease was still held (an expired one may have been reused).
-    pub released: Option<bool>,
-    pub held_seconds: Option<f64>,
+    pub(crate) released: Option<bool>,
+    pub(crate) held_seconds: Option<f64>,
     /// The flow's moving average hold time; leases last twice this, 5-60 s.
-    pub avg_lease_seconds: Option<f64>,
+    pub(crate) avg_lease_seconds: Option<f64>,
     /// Adaptive factor (0-1] applied to rate and burst, when adapted.
-    pub factor: Option<f64>,
-    pub effective_rate: Option<f64>,
-    pub effective_burst: Option<f64>,
+    pub(crate) factor: Option<f64>,
+    pub(crate) effective_rate: Option<f64>,
+    pub(crate) effective_burst: Option<f64>,
     /// The `degraded` slots counted, once the ledger writes them.
-    pub counted: Option<u32>,
+    pub(crate) counted: Option<u32>,
     /// The window they count in; `null`: the one current when they are written.
-    pub counted_in: Option<DateTime<Utc>>,
+    pub(crate) counted_in: Option<DateTime<Utc>>,
 }
 
 /// Report an emission's upstream outcome, free its lease, and/or count the
@@ -126,7 +126,7 @@ pub struct FeedbackAnswer {
         (status = 404, description = "No such flow or quota", body = Problem),
         (status = 409, description = "The lease belongs to another flow or quota", body = Problem),
         (status = 422, body = Problem), (status = 503, body = Problem)))]
-pub async fn report_upstream(
+pub(crate) async fn report_upstream(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<FeedbackBody>,

@@ -9,36 +9,36 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(readyz))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Health {
-    pub status: &'static str,
+pub(crate) struct Health {
+    pub(crate) status: &'static str,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Readiness {
-    pub ready: bool,
+pub(crate) struct Readiness {
+    pub(crate) ready: bool,
     /// The store answers and every migration of this build is applied.
-    pub store: bool,
+    pub(crate) store: bool,
     /// Quotas and flows have been loaded at least once.
-    pub catalog: bool,
+    pub(crate) catalog: bool,
 }
 
 /// The process is up.
 #[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
-pub async fn healthz() -> Json<Health> {
+pub(crate) async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
 /// The store is reachable with migrations applied, and the catalog is loaded.
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
-pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
+pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     let store = tokio::time::timeout(state.store_timeout, state.store.is_ready())
         .await
         .unwrap_or(false);

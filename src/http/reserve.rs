@@ -18,24 +18,24 @@ use crate::ratelimit_fields;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReserveBody {
+pub(crate) struct ReserveBody {
     /// The flow that spends the quota.
     #[schema(schema_with = crate::input::schema::name)]
-    pub flow: String,
+    pub(crate) flow: String,
     /// Slots to reserve, all or nothing (default 1).
     #[schema(minimum = 1, maximum = 10000)]
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
-    pub count: Option<i64>,
+    pub(crate) count: Option<i64>,
     /// Work due within the bypass horizon (or already past) is granted as `bypassed`.
     #[serde(default, deserialize_with = "super::extract::optional_timestamp")]
-    pub deadline: Option<DateTime<Utc>>,
+    pub(crate) deadline: Option<DateTime<Utc>>,
     /// The caller's reference, echoed in logs.
     #[serde(rename = "ref")]
     #[schema(schema_with = crate::input::schema::optional_reference)]
-    pub reference: Option<String>,
+    pub(crate) reference: Option<String>,
 }
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(reserve))
 }
 
@@ -60,7 +60,7 @@ pub fn router() -> OpenApiRouter<AppState> {
          )),
     )
 )]
-pub async fn reserve(
+pub(crate) async fn reserve(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<ReserveBody>,

@@ -18,7 +18,7 @@ use crate::admission::{RouteClassPatch, RouteClassSettings};
 use crate::catalog::validate_name;
 use crate::store::RouteClassRow;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_route_classes))
         .routes(routes!(
@@ -30,8 +30,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct RouteClassList {
-    pub route_classes: Vec<RouteClassRow>,
+pub(crate) struct RouteClassList {
+    pub(crate) route_classes: Vec<RouteClassRow>,
 }
 
 fn valid_name(name: &str) -> Result<(), ApiError> {
@@ -43,7 +43,7 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
     params(("name" = String, Path, description = "Route class name")),
     security(("admin_token" = [])),
     responses((status = 200, body = RouteClassRow), (status = 401, body = Problem), (status = 404, body = Problem)))]
-pub async fn get_route_class(
+pub(crate) async fn get_route_class(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -59,7 +59,7 @@ pub async fn get_route_class(
     params(("name" = String, Path, description = "Route class name")),
     security(("admin_token" = [])),
     responses((status = 200, body = RouteClassRow), (status = 401, body = Problem), (status = 422, body = Problem)))]
-pub async fn put_route_class(
+pub(crate) async fn put_route_class(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -82,7 +82,7 @@ pub async fn put_route_class(
     security(("admin_token" = [])),
     responses((status = 200, body = RouteClassRow), (status = 401, body = Problem), (status = 404, body = Problem),
         (status = 422, body = Problem)))]
-pub async fn patch_route_class(
+pub(crate) async fn patch_route_class(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -101,7 +101,7 @@ pub async fn patch_route_class(
     params(("name" = String, Path, description = "Route class name")),
     security(("admin_token" = [])),
     responses((status = 204), (status = 401, body = Problem), (status = 404, body = Problem)))]
-pub async fn delete_route_class(
+pub(crate) async fn delete_route_class(
     _: Admin,
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
@@ -114,7 +114,7 @@ pub async fn delete_route_class(
 /// List route classes.
 #[utoipa::path(get, path = "/v1/route-classes", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, body = RouteClassList), (status = 401, body = Problem)))]
-pub async fn list_route_classes(
+pub(crate) async fn list_route_classes(
     _: Admin,
     State(state): State<AppState>,
 ) -> Result<Json<RouteClassList>, ApiError> {

@@ -28,19 +28,19 @@ pub(super) const MAX_FLOWS: usize = 64;
 
 /// The `share` event: sent on connect and whenever a value changes.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ShareEvent {
+pub(crate) struct ShareEvent {
     /// The quotas the stream's flows spend (unknown flows spend none).
-    pub quotas: Vec<QuotaShare>,
+    pub(crate) quotas: Vec<QuotaShare>,
     /// The arbiter's bypass horizon: while it is unreachable, a client's local
     /// fallback lets work due within it through at once, as the arbiter would
     /// (design.md §12).
     #[schema(minimum = 0)]
-    pub bypass_horizon_seconds: f64,
+    pub(crate) bypass_horizon_seconds: f64,
 }
 
 /// One frame as the SSE wire carries it: the event's name, and its data, a
 /// [`ShareEvent`] written as JSON.
-pub struct ShareFrame;
+pub(crate) struct ShareFrame;
 
 impl utoipa::PartialSchema for ShareFrame {
     fn schema() -> RefOr<Schema> {
@@ -65,7 +65,7 @@ impl utoipa::PartialSchema for ShareFrame {
 
 impl ToSchema for ShareFrame {}
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(stream))
 }
 
@@ -80,7 +80,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 422, description = "No flow, or an invalid name", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn stream(
+pub(crate) async fn stream(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {

@@ -20,7 +20,7 @@ use crate::store::WindowRow;
 /// At most a month of hourly windows in one answer.
 const MAX_WINDOW_HOURS: i32 = 744;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_windows))
         .routes(routes!(observe_report))
@@ -28,19 +28,19 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct WindowList {
-    pub windows: Vec<WindowRow>,
+pub(crate) struct WindowList {
+    pub(crate) windows: Vec<WindowRow>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct WindowQuery {
+pub(crate) struct WindowQuery {
     /// Only this quota.
-    pub quota: Option<String>,
+    pub(crate) quota: Option<String>,
     /// Hours to look back, the current one included (default 24, at most 744).
     #[param(minimum = 1, maximum = 744)]
-    pub last: Option<i32>,
+    pub(crate) last: Option<i32>,
 }
 
 /// A quota named in a query must exist: a typo is a 404, not an empty answer.
@@ -57,7 +57,7 @@ async fn known_quota(state: &AppState, quota: Option<&str>) -> Result<(), ApiErr
 #[utoipa::path(get, path = "/v1/windows", tag = "admin", params(WindowQuery), security(("admin_token" = [])),
     responses((status = 200, body = WindowList), (status = 401, body = Problem),
         (status = 404, description = "No such quota", body = Problem), (status = 422, body = Problem)))]
-pub async fn list_windows(
+pub(crate) async fn list_windows(
     _: Admin,
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<WindowQuery>,
@@ -80,21 +80,21 @@ pub async fn list_windows(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ReportQuery {
+pub(crate) struct ReportQuery {
     /// Only flows of this quota.
-    pub quota: Option<String>,
+    pub(crate) quota: Option<String>,
     /// Period to look back, e.g. `7d`, `36h` (default 7d), from 1 hour to 366 days.
-    pub since: Option<String>,
+    pub(crate) since: Option<String>,
     /// What-if: recompute as if the ceiling were this value.
     #[param(minimum = 0, maximum = 9007199254740992_i64)]
-    pub ceiling: Option<i64>,
+    pub(crate) ceiling: Option<i64>,
 }
 
 /// What enforcement would have done to each flow still in observe mode.
 #[utoipa::path(get, path = "/v1/report", tag = "admin", params(ReportQuery), security(("admin_token" = [])),
     responses((status = 200, body = Report), (status = 401, body = Problem), (status = 404, body = Problem),
         (status = 422, body = Problem)))]
-pub async fn observe_report(
+pub(crate) async fn observe_report(
     _: Admin,
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ReportQuery>,
@@ -126,7 +126,7 @@ pub async fn observe_report(
 /// Prometheus text exposition (format 0.0.4).
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain")))]
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let snapshot = state.catalog.snapshot();
     let flows: Vec<_> = snapshot
         .as_ref()

@@ -18,7 +18,7 @@ use crate::input;
 use crate::store::work::{Finish, RetryDelay};
 use crate::store::{NewWork, WorkItem};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(enqueue))
         .routes(routes!(claim))
@@ -29,45 +29,45 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EnqueueBody {
+pub(crate) struct EnqueueBody {
     #[schema(schema_with = crate::input::schema::name)]
-    pub flow: String,
-    pub deadline: Option<DateTime<Utc>>,
+    pub(crate) flow: String,
+    pub(crate) deadline: Option<DateTime<Utc>>,
     /// 1 (most important) to 9; default: the flow's priority.
     #[schema(minimum = 1, maximum = 9)]
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
-    pub priority: Option<i16>,
+    pub(crate) priority: Option<i16>,
     /// What the worker needs to do the work (at most 8 KiB of JSON); none
     /// is `null`, for work that its `ref` alone names.
     #[serde(default)]
     #[schema(schema_with = crate::input::schema::payload)]
-    pub payload: serde_json::Value,
+    pub(crate) payload: serde_json::Value,
     /// Idempotency key: the same ref is the same item.
     #[serde(rename = "ref")]
     #[schema(schema_with = crate::input::schema::optional_reference)]
-    pub reference: Option<String>,
+    pub(crate) reference: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ClaimBody {
+pub(crate) struct ClaimBody {
     #[schema(schema_with = crate::input::schema::name)]
-    pub worker: String,
+    pub(crate) worker: String,
     /// Only these flows (default: every flow).
     #[schema(schema_with = crate::input::schema::optional_names)]
-    pub flows: Option<Vec<String>>,
+    pub(crate) flows: Option<Vec<String>>,
     /// Most items to lease (default 1, at most 100).
     #[schema(minimum = 1, maximum = 100)]
     #[serde(default, deserialize_with = "crate::input::integer::optional")]
-    pub max: Option<i64>,
+    pub(crate) max: Option<i64>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LeaseBody {
+pub(crate) struct LeaseBody {
     /// The worker that holds the claim.
     #[schema(schema_with = crate::input::schema::name)]
-    pub worker: String,
+    pub(crate) worker: String,
 }
 
 /// Every claim spends a slot: a released item waits before it can be claimed
@@ -77,15 +77,15 @@ pub struct LeaseBody {
 /// 7 days ahead.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReleaseBody {
+pub(crate) struct ReleaseBody {
     /// The worker that holds the claim.
     #[schema(schema_with = crate::input::schema::name)]
-    pub worker: String,
+    pub(crate) worker: String,
     /// Claimable again after this long: a duration like `30s`, `5m`, `1h 30m`.
     #[schema(schema_with = crate::input::schema::optional_duration)]
-    pub retry_in: Option<String>,
+    pub(crate) retry_in: Option<String>,
     /// Claimable again at this time (RFC 3339 with a zone); a time past means now.
-    pub retry_at: Option<DateTime<Utc>>,
+    pub(crate) retry_at: Option<DateTime<Utc>>,
 }
 
 impl ReleaseBody {
@@ -130,7 +130,7 @@ fn rfc3339_time(what: &str, time: DateTime<Utc>) -> Result<DateTime<Utc>, ApiErr
 #[utoipa::path(post, path = "/v1/work", tag = "work", request_body = EnqueueBody,
     responses((status = 201, body = WorkItem), (status = 200, description = "Same ref: the existing item", body = WorkItem),
         (status = 422, body = Problem), (status = 503, body = Problem)))]
-pub async fn enqueue(
+pub(crate) async fn enqueue(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<EnqueueBody>,
 ) -> Result<(StatusCode, Json<WorkItem>), ApiError> {
@@ -169,7 +169,7 @@ pub async fn enqueue(
     responses((status = 200, body = Claim,
         headers(("Retry-After" = u64, description = "On deferral: seconds until retry_at, rounded up"))),
         (status = 422, body = Problem), (status = 503, body = Problem)))]
-pub async fn claim(
+pub(crate) async fn claim(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<ClaimBody>,
@@ -204,7 +204,7 @@ pub async fn claim(
 #[utoipa::path(get, path = "/v1/work/{id}", tag = "work",
     params(("id" = i64, Path, description = "Work item id")),
     responses((status = 200, body = WorkItem), (status = 404, body = Problem)))]
-pub async fn get_item(
+pub(crate) async fn get_item(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<WorkItem>, ApiError> {
@@ -223,7 +223,7 @@ pub async fn get_item(
     responses((status = 200, body = WorkItem), (status = 404, body = Problem),
         (status = 409, description = "The worker does not hold this item's claim, or another worker already finished it",
          body = Problem)))]
-pub async fn done(
+pub(crate) async fn done(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<LeaseBody>,
@@ -239,7 +239,7 @@ pub async fn done(
         (status = 409, description = "The worker does not hold this item's claim, or the item is already done",
          body = Problem),
         (status = 422, description = "Both `retry_in` and `retry_at`, or a bad duration", body = Problem)))]
-pub async fn release(
+pub(crate) async fn release(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<ReleaseBody>,
