@@ -30,7 +30,11 @@ impl Arbiter {
     // Debug level, as `decide`: a span per admission is paid for whether or
     // not anything is logged in it.
     #[tracing::instrument(level = "debug", skip_all, fields(route_class = %class.name))]
-    pub async fn admit(&self, class: &RouteClass, caller: &Caller) -> Result<Verdict, StoreError> {
+    pub(crate) async fn admit(
+        &self,
+        class: &RouteClass,
+        caller: &Caller,
+    ) -> Result<Verdict, StoreError> {
         let waiter = |reply| Waiter {
             key: caller.bucket_key(&class.name).to_vec(),
             tenant: caller.tenant_group().to_string(),

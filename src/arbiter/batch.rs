@@ -64,7 +64,7 @@ impl Arbiter {
     /// batch fails as a whole (503) only when none of its items could be
     /// decided. Slots already spent for the rest of a batch that fails
     /// (500: a statement failed) stay spent: over-count, never under-count.
-    pub async fn decide_batch(
+    pub(crate) async fn decide_batch(
         &self,
         bypass: &BypassDesk,
         requests: &[SlotRequest],

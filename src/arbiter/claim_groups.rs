@@ -41,16 +41,16 @@ pub(super) type ClaimGroups = Gather<GroupKey, Arc<Snapshot>, ClaimWaiter>;
 /// What one claim of a group leased.
 pub(super) struct ClaimShare {
     /// The catalog the group was leased by: the claim decides by it too.
-    pub snapshot: Arc<Snapshot>,
+    pub(crate) snapshot: Arc<Snapshot>,
     /// Its items, most urgent first, with how each was decided.
-    pub items: Vec<(WorkItem, ClaimLane)>,
+    pub(crate) items: Vec<(WorkItem, ClaimLane)>,
     /// The in-flight place leases of its items, by item id.
-    pub place_leases: HashMap<i64, PlaceLease>,
+    pub(crate) place_leases: HashMap<i64, PlaceLease>,
     /// The takes its enforced items were granted from, by lane.
-    pub takes: Vec<Take>,
+    pub(crate) takes: Vec<Take>,
     /// For a claim that got nothing: of the limits that stopped the group's
     /// takes, the one that lifts first.
-    pub lifts_first: Option<Deferral>,
+    pub(crate) lifts_first: Option<Deferral>,
 }
 
 impl Arbiter {

@@ -65,14 +65,14 @@ enum Kind {
 type Queues = Gather<(Kind, Enforcement), (), Waiter>;
 
 #[derive(Clone)]
-pub struct Coalescer {
+pub(crate) struct Coalescer {
     store: Store,
     queues: Queues,
     arrivals: Arc<AtomicU64>,
 }
 
 impl Coalescer {
-    pub fn new(store: Store) -> Self {
+    pub(crate) fn new(store: Store) -> Self {
         Self {
             store,
             queues: Gather::default(),
@@ -82,7 +82,7 @@ impl Coalescer {
 
     /// Reserves `slots` of `rule`'s quota (with its tokens and an in-flight
     /// place, if the quota has them) together with whoever else is asking now.
-    pub async fn reserve(
+    pub(crate) async fn reserve(
         &self,
         rule: &Rule,
         slots: i64,
@@ -102,7 +102,7 @@ impl Coalescer {
     /// Spends `slots` of `rule`'s quota regardless, together with whoever
     /// else is observing it now; the refusal says what enforcement would have
     /// done. Observed decisions take no in-flight place.
-    pub async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, StoreError> {
+    pub(crate) async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, StoreError> {
         let ceiling = rule.quota.ceiling_for(rule.flow.priority);
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let ask = Ask::observed(slots, ceiling);

@@ -15,10 +15,10 @@ use tokio::sync::oneshot;
 use super::shell::StoreError;
 
 /// Where a group's leader sends one waiter its answer.
-pub type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// A group whose statement failed: every waiter still waiting hears why.
-pub fn fail_all<T>(replies: impl IntoIterator<Item = Reply<T>>, error: &StoreError) {
+pub(crate) fn fail_all<T>(replies: impl IntoIterator<Item = Reply<T>>, error: &StoreError) {
     for reply in replies {
         let _ = reply.send(Err(error.clone()));
     }
@@ -26,7 +26,7 @@ pub fn fail_all<T>(replies: impl IntoIterator<Item = Reply<T>>, error: &StoreErr
 
 /// Queues by key. `S` is what the latest arrival knew of its key (the
 /// catalog's rule at the time): a group is decided by it. `W` is a waiter.
-pub struct Gather<K, S, W> {
+pub(crate) struct Gather<K, S, W> {
     queues: Arc<Mutex<HashMap<K, Queue<S, W>>>>,
 }
 
@@ -58,7 +58,7 @@ impl<K: Hash + Eq, S, W> Gather<K, S, W> {
     /// gives up must not stop the group it leads. A leader that drops a reply
     /// unanswered is a failure. The join happens now; the answer owns
     /// nothing of `self`, so it may be awaited anywhere (detached).
-    pub fn ask<T, F>(
+    pub(crate) fn ask<T, F>(
         &self,
         key: K,
         latest: S,
@@ -104,7 +104,7 @@ impl<K: Hash + Eq, S, W> Gather<K, S, W> {
     /// The leader's next group: every waiter that joined since the last one,
     /// with what the latest of them knew. `None` when nobody waits: the
     /// queue is gone, and the next arrival leads a new one.
-    pub fn next_group(&self, key: &K) -> Option<(S, Vec<W>)>
+    pub(crate) fn next_group(&self, key: &K) -> Option<(S, Vec<W>)>
     where
         S: Clone,
     {

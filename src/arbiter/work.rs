@@ -22,7 +22,7 @@ impl Arbiter {
     /// whose caller stopped waiting is enqueued all the same, as a committed
     /// insert whose answer was lost would be; asked again with its ref, it is
     /// found.
-    pub async fn enqueue(&self, work: NewWork) -> Result<(WorkItem, bool), StoreError> {
+    pub(crate) async fn enqueue(&self, work: NewWork) -> Result<(WorkItem, bool), StoreError> {
         let waiter = |reply| EnqueueWaiter { work, reply };
         let lead = |()| self.clone().lead_enqueues();
         let answer = self.enqueues.ask((), (), waiter, lead);
@@ -56,14 +56,14 @@ impl Arbiter {
         }
     }
 
-    pub async fn work_item(&self, id: i64) -> Result<Option<WorkItem>, StoreError> {
+    pub(crate) async fn work_item(&self, id: i64) -> Result<Option<WorkItem>, StoreError> {
         self.shell
             .run(Operation::GetWork, self.store.work_item(id))
             .await
     }
 
     /// Done or released; `None` when `worker` holds no claim on it.
-    pub async fn finish_work(
+    pub(crate) async fn finish_work(
         &self,
         id: i64,
         worker: &str,
