@@ -263,6 +263,14 @@ pub(crate) enum Handling {
 }
 
 impl Handling {
+    /// The flow's rule, when the catalog has one.
+    pub(crate) fn rule(&self) -> Option<&Rule> {
+        match self {
+            Handling::Count(rule) | Handling::Observe(rule) | Handling::Enforce(rule) => Some(rule),
+            Handling::CatalogNotLoaded | Handling::Unknown => None,
+        }
+    }
+
     pub(crate) fn of(snapshot: Option<&Snapshot>, flow: &str) -> Handling {
         let Some(snapshot) = snapshot else {
             return Handling::CatalogNotLoaded;

@@ -126,13 +126,14 @@ impl Arbiter {
 
     fn sort_batch(&self, bypass: &BypassDesk, requests: &[SlotRequest]) -> Sorted {
         let snapshot = self.catalog.snapshot();
-        let rules: Vec<Option<Rule>> = requests
+        let mut handlings: Vec<Option<Handling>> = requests
             .iter()
-            .map(|r| snapshot.as_ref().and_then(|s| s.rule(&r.flow)))
+            .map(|r| Some(Handling::of(snapshot.as_deref(), &r.flow)))
             .collect();
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by_key(|&i| {
-            let priority = rules[i].as_ref().map_or(i16::MAX, |r| r.flow.priority);
+            let rule = handlings[i].as_ref().and_then(Handling::rule);
+            let priority = rule.map_or(i16::MAX, |r| r.flow.priority);
             Rank::new(requests[i].deadline, priority, i as u64)
         });
         let mut sorted = Sorted::default();
@@ -141,7 +142,7 @@ impl Arbiter {
                 sorted.due.push(i);
                 continue;
             }
-            match Handling::of(snapshot.as_deref(), &requests[i].flow) {
+            match handlings[i].take().expect("each item is sorted once") {
                 Handling::CatalogNotLoaded => sorted.undecided.items.push((i, None)),
                 Handling::Unknown => sorted.unknown.push(i),
                 Handling::Count(rule) => sorted.counted.push((i, rule)),
