@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::catalog::{Catalog, Mode, Rule, Snapshot};
+use crate::catalog::Catalog;
 use crate::clock::DbClock;
-use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::domain::catalog::{Mode, Rule, Snapshot};
+use crate::domain::decision::{Decision, Outcome, SlotRequest};
 use crate::metrics::Metrics;
 use crate::store::{Deferral, Store, Take};
 use crate::tally::Ledger;
@@ -201,7 +202,7 @@ impl Arbiter {
 
     /// The guard before a take for a ceiling below 1 answers a deferral
     /// until the next window: it needs the database clock.
-    async fn read_clock(&self) -> Result<crate::clock::ClockReading, StoreError> {
+    async fn read_clock(&self) -> Result<crate::domain::ClockReading, StoreError> {
         let clock = self.store.read_clock();
         self.shell.run(Operation::ReadClock, clock).await
     }
@@ -356,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_decision_routes_by_the_catalog_and_the_flows_mode() {
-        let quota = crate::catalog::QuotaRule {
+        let quota = crate::domain::catalog::QuotaRule {
             name: "ppf".into(),
             hourly_ceiling: 10,
             cadence: None,
@@ -364,7 +365,7 @@ mod tests {
             priority2_share: None,
             priority3_share: None,
         };
-        let flow = |name: &str, mode| crate::catalog::FlowRule {
+        let flow = |name: &str, mode| crate::domain::catalog::FlowRule {
             name: name.into(),
             quota: "ppf".into(),
             mode,
@@ -376,7 +377,7 @@ mod tests {
             flow("observed", Mode::Observe),
             flow("enforced", Mode::Enforce),
             // A flow whose quota the snapshot lacks is no rule: unknown.
-            crate::catalog::FlowRule {
+            crate::domain::catalog::FlowRule {
                 quota: "gone".into(),
                 ..flow("orphan", Mode::Enforce)
             },

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::Secret;
+use crate::domain::Secret;
 pub use crate::domain::{Access, AuthMode, Role};
 use crate::mirror::Mirror;
 use crate::store::{ActiveKey, Store};

@@ -9,7 +9,7 @@ use chrono::Utc;
 
 use crate::catalog::Catalog;
 use crate::clock::DbClock;
-use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::domain::decision::{Decision, Outcome, SlotRequest};
 use crate::metrics::Metrics;
 use crate::tally::Ledger;
 

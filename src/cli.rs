@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth::Role;
-use crate::catalog::{Fallback, FlowPatch, Mode, Patch, QuotaPatch};
+use crate::domain::catalog::{Fallback, FlowPatch, Mode, Patch, QuotaPatch};
 
 #[derive(Debug, Parser)]
 #[command(

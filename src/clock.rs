@@ -9,12 +9,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 
-#[derive(Clone, Copy, Debug)]
-pub struct ClockReading {
-    pub db_now: DateTime<Utc>,
-    pub window_start: DateTime<Utc>,
-    pub window_end: DateTime<Utc>,
-}
+use crate::domain::ClockReading;
 
 #[derive(Clone, Default)]
 pub struct DbClock {

@@ -11,9 +11,10 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
-use crate::admission::RouteClassSettings;
-use crate::catalog::{Fallback, Mode, QuotaLimits};
+use crate::domain::admission::RouteClassSettings;
+use crate::domain::catalog::{FlowSeed, QuotaLimits};
 use crate::domain::AuthMode;
+use crate::domain::Secret;
 
 pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
@@ -171,16 +172,6 @@ pub struct Config {
     pub route_classes: BTreeMap<String, RouteClassSettings>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FlowSeed {
-    pub quota: String,
-    pub mode: Option<Mode>,
-    pub priority: Option<i16>,
-    /// Seeds a new flow only, like `mode`; omitted: `off`.
-    pub fallback: Option<Fallback>,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -253,7 +244,7 @@ impl Config {
             key: key.to_string(),
             why,
         };
-        crate::catalog::validate_limits(self.hourly_ceiling, None, None)
+        crate::domain::catalog::validate_limits(self.hourly_ceiling, None, None)
             .map_err(|why| invalid("hourly_ceiling", why))?;
         if self.store_timeout > Duration::from_millis(1900) || self.store_timeout.is_zero() {
             return Err(invalid(
@@ -268,7 +259,7 @@ impl Config {
             return Err(invalid("max_connections", "must be at least 1".into()));
         }
         for (name, quota) in &self.quotas {
-            crate::catalog::validate_name(name)
+            crate::domain::catalog::validate_name(name)
                 .map_err(|why| invalid(&format!("quotas.{name}"), why))?;
             quota
                 .settings(self.hourly_ceiling)
@@ -283,7 +274,7 @@ impl Config {
             })?;
         }
         for (name, class) in &self.route_classes {
-            crate::catalog::validate_name(name)
+            crate::domain::catalog::validate_name(name)
                 .map_err(|why| invalid(&format!("route_classes.{name}"), why))?;
             class
                 .clone()
@@ -291,9 +282,9 @@ impl Config {
                 .map_err(|why| invalid(&format!("route_classes.{name}"), why))?;
         }
         for (name, flow) in &self.flows {
-            crate::catalog::validate_name(name)
+            crate::domain::catalog::validate_name(name)
                 .map_err(|why| invalid(&format!("flows.{name}"), why))?;
-            crate::catalog::validate_name(&flow.quota)
+            crate::domain::catalog::validate_name(&flow.quota)
                 .map_err(|why| invalid(&format!("flows.{name}.quota"), why))?;
             if flow.priority.is_some_and(|p| !(1..=9).contains(&p)) {
                 return Err(invalid(
@@ -376,49 +367,6 @@ fn describe(errors: &figment::Error) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// A value that must never reach a log line: Debug prints it redacted (a
-/// database URL keeps its host and database so operators can still tell which).
-#[derive(Clone, Serialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl<'de> Deserialize<'de> for Secret {
-    /// Environment values that look like numbers arrive as numbers; a token
-    /// of digits is still a token.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Signed(i64),
-            Unsigned(u64),
-        }
-        Ok(Secret(match Raw::deserialize(d)? {
-            Raw::Text(text) => text,
-            Raw::Signed(n) => n.to_string(),
-            Raw::Unsigned(n) => n.to_string(),
-        }))
-    }
-}
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.split_once("://") {
-            Some((scheme, rest)) => {
-                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-                write!(f, "{scheme}://[redacted]@{host}")
-            }
-            None => f.write_str("[redacted]"),
-        }
-    }
 }
 
 /// Durations are written the human way ("15m", "1500ms") in files and env.

@@ -10,7 +10,21 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
+pub mod admission;
+pub mod catalog;
+pub mod decision;
+pub mod input;
+pub mod ratelimit_fields;
 pub mod rationing;
+
+/// One reading of the database clock (design.md §2: database time only): its
+/// now, and the window that now falls in.
+#[derive(Clone, Copy, Debug)]
+pub struct ClockReading {
+    pub db_now: chrono::DateTime<chrono::Utc>,
+    pub window_start: chrono::DateTime<chrono::Utc>,
+    pub window_end: chrono::DateTime<chrono::Utc>,
+}
 
 /// A wait in milliseconds as whole seconds, rounded up and never below 0:
 /// a wait said in seconds (`Retry-After`, `retry_after_seconds`, a RateLimit
@@ -191,6 +205,49 @@ mod tests {
             (3_599_500, 3_600),
         ] {
             assert_eq!(seconds_rounded_up(millis), seconds, "{millis} ms");
+        }
+    }
+}
+
+/// A value that must never reach a log line: Debug prints it redacted (a
+/// database URL keeps its host and database so operators can still tell which).
+#[derive(Clone, Serialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl<'de> Deserialize<'de> for Secret {
+    /// Environment values that look like numbers arrive as numbers; a token
+    /// of digits is still a token.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Signed(i64),
+            Unsigned(u64),
+        }
+        Ok(Secret(match Raw::deserialize(d)? {
+            Raw::Text(text) => text,
+            Raw::Signed(n) => n.to_string(),
+            Raw::Unsigned(n) => n.to_string(),
+        }))
+    }
+}
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.split_once("://") {
+            Some((scheme, rest)) => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                write!(f, "{scheme}://[redacted]@{host}")
+            }
+            None => f.write_str("[redacted]"),
         }
     }
 }

@@ -1,7 +1,6 @@
 //! quota-arbiter: many workers share a third-party quota, with PostgreSQL as
 //! the single atomic arbiter. See docs/design.md for the contract.
 
-pub mod admission;
 pub mod arbiter;
 pub mod auth;
 pub mod bypass;
@@ -9,14 +8,11 @@ pub mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod decision;
 pub mod domain;
 pub mod http;
-pub mod input;
 pub mod metrics;
 pub mod mirror;
 pub mod operator;
-pub mod ratelimit_fields;
 pub mod report;
 pub mod startup;
 pub mod store;

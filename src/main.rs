@@ -69,8 +69,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .await?
         }
         Command::Migrate => {
-            store::ensure_database(&config).await?;
-            store::migrate(&store::connect_lazy(&config)?).await?;
+            store::ensure_database(&config.database_url).await?;
+            store::migrate(&store::connect_lazy(
+                &config.database_url,
+                config.max_connections,
+                config.store_timeout,
+            )?)
+            .await?;
             println!("migrations applied");
         }
         Command::Flows => operator::list_flows(&operator::connect(&config).await?).await?,

@@ -17,8 +17,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::catalog::{FlowRule, Mode};
-use crate::decision::{Decision, Outcome};
+use crate::domain::catalog::{FlowRule, Mode};
+use crate::domain::decision::{Decision, Outcome};
 
 /// Flow label used for every flow the catalog does not know.
 pub const UNKNOWN_FLOW: &str = "_unknown";
@@ -317,7 +317,7 @@ impl Metrics {
 
     /// One admission answer of a route class the catalog knows
     /// ([`UNKNOWN_ROUTE_CLASS`] before the catalog is loaded).
-    pub fn record_admit(&self, route_class: &str, outcome: crate::admission::Outcome) {
+    pub fn record_admit(&self, route_class: &str, outcome: crate::domain::admission::Outcome) {
         self.admits
             .get_or_create(&AdmitLabels {
                 route_class: route_class.to_string(),
@@ -333,7 +333,7 @@ impl Metrics {
     /// Creates, at zero, the admission counters of every route class.
     pub fn register_route_classes<'a>(&self, classes: impl IntoIterator<Item = &'a str>) {
         for route_class in classes {
-            for outcome in crate::admission::Outcome::ALL {
+            for outcome in crate::domain::admission::Outcome::ALL {
                 let labels = AdmitLabels {
                     route_class: route_class.to_string(),
                     outcome: outcome.label().to_string(),

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::catalog::validate_name;
 use crate::cli::{FlowArgs, QuotaArgs};
 use crate::config::Config;
+use crate::domain::catalog::validate_name;
 use crate::report::{self, Report};
 use crate::store::{CatalogError, FlowRow, Store, WhenMissing};
 

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::catalog::Mode;
+use crate::domain::catalog::Mode;
 use crate::store::{ObserveTally, Store};
 
 /// Hours shown as the worst of a flow.

@@ -87,7 +87,11 @@ impl Application {
     /// Connects (lazily) to `database_url`, creating the database and applying
     /// migrations when the store is reachable, and binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        let pool = store::connect_lazy(&config)?;
+        let pool = store::connect_lazy(
+            &config.database_url,
+            config.max_connections,
+            config.store_timeout,
+        )?;
         Self::build_with_pool(config, pool).await
     }
 
@@ -250,17 +254,23 @@ async fn bootstrap_once(
     keys: &KeyRing,
 ) -> anyhow::Result<()> {
     if config.migrate_on_start {
-        store::ensure_database(config).await?;
+        store::ensure_database(&config.database_url).await?;
         store::migrate(store.pool()).await?;
     }
-    store::seed_catalog(store.pool(), config).await?;
+    store::seed_catalog(
+        store.pool(),
+        config.hourly_ceiling,
+        &config.quotas,
+        &config.flows,
+    )
+    .await?;
     for (name, class) in &config.route_classes {
         if !store.seed_route_class(name, class).await? {
             tracing::debug!(route_class = %name, "route class already in the table; the table wins");
         }
     }
     keys.refresh(store).await?;
-    catalog.refresh(store.pool()).await?;
+    catalog.refresh(store).await?;
     Ok(())
 }
 
@@ -273,7 +283,7 @@ async fn sync_loop(store: Store, catalog: Catalog, keys: KeyRing, clock: DbClock
         let synced = async {
             clock.note(store.read_clock().await?);
             keys.refresh(&store).await?;
-            catalog.refresh(store.pool()).await
+            catalog.refresh(&store).await
         }
         .await;
         match (synced, healthy) {
@@ -308,7 +318,7 @@ async fn listen_once(store: &Store, catalog: &Catalog, keys: &KeyRing) -> Result
     loop {
         // Also after (re)connecting: changes made meanwhile were not announced to us.
         keys.refresh(store).await?;
-        catalog.refresh(store.pool()).await?;
+        catalog.refresh(store).await?;
         // `None`: the connection dropped; sqlx reconnects on the next call.
         listener.try_recv().await?;
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use crate::decision::{Decision, Outcome};
+use crate::domain::decision::{Decision, Outcome};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct TallyKey {

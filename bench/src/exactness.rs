@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use chrono::Utc;
-use quota_arbiter::decision::Outcome;
+use quota_arbiter::domain::decision::Outcome;
 
 use crate::drive::{Load, Stop};
 use crate::reserve::{self, reserve};

@@ -25,8 +25,8 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::Utc;
 use clap::Parser;
-use quota_arbiter::catalog::{Mode, QuotaSettings, MAX_RATE};
 use quota_arbiter::config::Config;
+use quota_arbiter::domain::catalog::{Mode, QuotaSettings, MAX_RATE};
 use quota_arbiter::store::Store;
 use sqlx::postgres::PgPoolOptions;
 

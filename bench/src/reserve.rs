@@ -3,7 +3,7 @@
 //! floor under them.
 
 use chrono::{DateTime, Utc};
-use quota_arbiter::decision::{Limit, Outcome};
+use quota_arbiter::domain::decision::{Limit, Outcome};
 use serde::Deserialize;
 
 use crate::drive::{Arm, Load, Stop};

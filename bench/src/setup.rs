@@ -2,8 +2,10 @@
 //! catalog code before the service starts (so it loads them at once). Every
 //! name starts with the run's tag: runs never share a row.
 
-use quota_arbiter::admission::RouteClassSettings;
-use quota_arbiter::catalog::{Fallback, FlowSettings, Mode, QuotaSettings, DEFAULT_PRIORITY};
+use quota_arbiter::domain::admission::RouteClassSettings;
+use quota_arbiter::domain::catalog::{
+    Fallback, FlowSettings, Mode, QuotaSettings, DEFAULT_PRIORITY,
+};
 use quota_arbiter::store::Store;
 
 const ACTOR: &str = "bench";

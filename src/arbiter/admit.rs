@@ -4,7 +4,7 @@
 //! statement decides them all, in arrival order, each all or nothing
 //! (`admit_callers()`). A lone admission is a group of one. The statement runs
 //! through the shell (time limit, latency, outage vs failure); the verdict is
-//! the pure rules' in `crate::admission`.
+//! the pure rules' in `crate::domain::admission`.
 //!
 //! A caller that stops waiting leaves its admission to the group: if it was
 //! admitted, a token and a slot were spent on an admission nobody was told
@@ -13,7 +13,7 @@
 use super::gather::{fail_all, Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
-use crate::admission::{self, Admission, Caller, RouteClass, Verdict};
+use crate::domain::admission::{self, Admission, Caller, RouteClass, Verdict};
 
 pub(super) struct Waiter {
     /// The caller's bucket key and tenant group.

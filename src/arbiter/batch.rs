@@ -9,8 +9,8 @@
 use super::shell::{StoreError, RETRY_AFTER_UNAVAILABLE};
 use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Handling};
 use crate::bypass::BypassDesk;
-use crate::catalog::Rule;
-use crate::decision::{Decision, Outcome, SlotRequest};
+use crate::domain::catalog::Rule;
+use crate::domain::decision::{Decision, Outcome, SlotRequest};
 use crate::domain::rationing::Rank;
 
 /// Most items one batch may carry.

@@ -27,8 +27,8 @@ use utoipa::ToSchema;
 use super::shell::{Operation, Shell, StoreError};
 use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Handling};
 use crate::bypass::BypassDesk;
-use crate::catalog::{Mode, QuotaRule, Rule, Snapshot};
-use crate::decision::{Decision, Limit, Outcome, SlotRequest};
+use crate::domain::catalog::{Mode, QuotaRule, Rule, Snapshot};
+use crate::domain::decision::{Decision, Limit, Outcome, SlotRequest};
 use crate::store::claim::{ClaimGroup, ClaimLane, ClaimLeases, Claimant, EnforcedLane};
 use crate::store::{Deferral, Store, Take, WorkItem};
 

@@ -20,7 +20,7 @@ use super::claim::{ClaimRequest, Lanes};
 use super::gather::{fail_all, Gather, Reply};
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
-use crate::catalog::Snapshot;
+use crate::domain::catalog::Snapshot;
 use crate::store::claim::{ClaimGroup, ClaimLane, Claimant};
 use crate::store::work::{Finish, PlaceLease, RetryDelay};
 use crate::store::{Deferral, Take, WorkItem};

@@ -16,7 +16,7 @@
 use super::gather::{fail_all, Gather, Reply};
 use super::shell::{Operation, Shell, StoreError};
 use super::Arbiter;
-use crate::catalog::QuotaRule;
+use crate::domain::catalog::QuotaRule;
 use crate::domain::rationing::share_up_to;
 use crate::store::Take;
 

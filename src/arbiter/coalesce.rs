@@ -23,8 +23,8 @@ use chrono::{DateTime, Utc};
 
 use super::gather::{fail_all, Gather, Reply};
 use super::shell::{StoreError, StoreUnavailable};
-use crate::catalog::{QuotaRule, Rule};
-use crate::decision::Limit;
+use crate::domain::catalog::{QuotaRule, Rule};
+use crate::domain::decision::Limit;
 use crate::domain::rationing::{self, Ask, Rank, Taken};
 use crate::store::{
     Deferral, LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake,

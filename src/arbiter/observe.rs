@@ -7,8 +7,8 @@
 
 use super::shell::{Operation, StoreError};
 use super::Arbiter;
-use crate::catalog::Rule;
-use crate::decision::{Decision, SlotRequest};
+use crate::domain::catalog::Rule;
+use crate::domain::decision::{Decision, SlotRequest};
 use crate::store::Reservation;
 
 impl Arbiter {

@@ -21,7 +21,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::clock::{ClockReading, DbClock};
+use crate::clock::DbClock;
+use crate::domain::ClockReading;
 use crate::metrics::Metrics;
 use crate::store::{Reservation, Take};
 use crate::tally::Ledger;
@@ -138,8 +139,8 @@ macro_rules! no_clock {
 
 no_clock!(
     (),
-    crate::admission::Admission,
-    Vec<crate::admission::Admission>,
+    crate::domain::admission::Admission,
+    Vec<crate::domain::admission::Admission>,
     crate::store::work::Backlog,
     Option<crate::store::WorkItem>,
     Vec<(crate::store::WorkItem, bool)>,

@@ -11,7 +11,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiPath};
 use super::AppState;
-use crate::catalog::{validate_name, FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
+use crate::domain::catalog::{validate_name, FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
 use crate::store::{FlowRow, QuotaRow, WhenMissing};
 
 /// Who the audit trail names for changes made with the admin token.
@@ -42,7 +42,7 @@ pub(super) fn valid_name(name: &str, what: &str) -> Result<(), ApiError> {
 /// Every replica reloads on the catalog trigger's NOTIFY; this one reloads at
 /// once so its own next answer already obeys the change.
 pub(super) async fn changed<T>(state: &AppState, answer: T) -> Result<T, ApiError> {
-    state.catalog.refresh(state.store.pool()).await?;
+    state.catalog.refresh(&state.store).await?;
     Ok(answer)
 }
 

@@ -17,10 +17,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::AppState;
-use crate::admission::{self, Caller, Outcome, RouteClass, Verdict};
 use crate::arbiter::StoreError;
+use crate::domain::admission::{self, Caller, Outcome, RouteClass, Verdict};
+use crate::domain::ratelimit_fields;
 use crate::metrics::UNKNOWN_ROUTE_CLASS;
-use crate::ratelimit_fields;
 
 pub(crate) const PRINCIPAL_HEADER: &str = "x-quota-principal";
 pub(crate) const TENANT_HEADER: &str = "x-quota-tenant";
@@ -35,13 +35,13 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 pub(crate) struct AdmitBody {
     /// The caller the gateway authenticated; with `tenant`, or neither for an
     /// anonymous caller (counted by its network range).
-    #[schema(schema_with = crate::input::schema::optional_identifier)]
+    #[schema(schema_with = crate::domain::input::schema::optional_identifier)]
     pub(crate) principal: Option<String>,
     /// The principal's tenant; with `principal`, or neither.
-    #[schema(schema_with = crate::input::schema::optional_identifier)]
+    #[schema(schema_with = crate::domain::input::schema::optional_identifier)]
     pub(crate) tenant: Option<String>,
     /// The route class whose profile applies.
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub(crate) route_class: String,
 }
 
@@ -173,7 +173,7 @@ async fn admit(
     tenant: Option<String>,
     address: Option<IpAddr>,
 ) -> Answered {
-    crate::input::name(route_class)
+    crate::domain::input::name(route_class)
         .map_err(|why| (None, ApiError::Invalid(format!("the route class {why}"))))?;
     // Before the first catalog load no class is known: fail closed.
     let Some(snapshot) = state.catalog.snapshot() else {

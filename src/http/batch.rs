@@ -13,8 +13,8 @@ use super::extract::ApiJson;
 use super::reserve::{drawn_on, quota_fields, unanswered_fields, ReserveBody};
 use super::AppState;
 use crate::arbiter::MAX_BATCH_ITEMS;
-use crate::catalog::MAX_NAME_LEN;
-use crate::decision::{Decision, SlotRequest, MAX_COUNT, MAX_REF_LEN};
+use crate::domain::catalog::MAX_NAME_LEN;
+use crate::domain::decision::{Decision, SlotRequest, MAX_COUNT, MAX_REF_LEN};
 
 /// The body of the largest batch the route accepts, so that the documented
 /// maximum always fits (the rest of the API keeps the general limit): every

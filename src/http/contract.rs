@@ -15,7 +15,7 @@ use utoipa::openapi::{
 
 use super::error::PROBLEM_JSON;
 use crate::auth::Access;
-use crate::input;
+use crate::domain::input;
 
 /// Completes every operation of the document.
 pub(crate) fn complete(openapi: &mut OpenApi) {
@@ -43,8 +43,8 @@ fn refine_bodies(openapi: &mut OpenApi) {
             "QuotaLimits",
             vec![input::schema::any_of([
                 json!({"type": "object", "required": ["rate", "burst"], "properties": {
-                    "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": crate::catalog::MAX_RATE},
-                    "burst": {"type": "number", "minimum": 1, "maximum": crate::catalog::MAX_BURST}}}),
+                    "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": crate::domain::catalog::MAX_RATE},
+                    "burst": {"type": "number", "minimum": 1, "maximum": crate::domain::catalog::MAX_BURST}}}),
                 json!({"type": "object", "properties": {"rate": absent, "burst": absent}}),
             ])],
         ),

@@ -212,7 +212,7 @@ impl From<JsonRejection> for ApiError {
         match rejection {
             JsonRejection::JsonDataError(e) => ApiError::Invalid(e.body_text()),
             JsonRejection::JsonSyntaxError(e)
-                if crate::input::is_lone_surrogate(&e.body_text()) =>
+                if crate::domain::input::is_lone_surrogate(&e.body_text()) =>
             {
                 ApiError::Invalid(format!(
                     "a string holds half of a UTF-16 surrogate pair, which names no character: {}",

@@ -15,7 +15,7 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
 use crate::arbiter::StoreUnavailable;
-use crate::catalog::validate_name;
+use crate::domain::catalog::validate_name;
 use crate::store::{LeaseHolder, LeaseRelease};
 
 pub(crate) fn router() -> OpenApiRouter<AppState> {
@@ -32,34 +32,34 @@ pub(crate) const MAX_DEGRADED: u32 = 1_000_000;
 #[serde(deny_unknown_fields)]
 pub(crate) struct FeedbackBody {
     /// The flow that emitted: its quota's cadence adapts. Or name the `quota`.
-    #[schema(schema_with = crate::input::schema::optional_name)]
+    #[schema(schema_with = crate::domain::input::schema::optional_name)]
     pub(crate) flow: Option<String>,
-    #[schema(schema_with = crate::input::schema::optional_name)]
+    #[schema(schema_with = crate::domain::input::schema::optional_name)]
     pub(crate) quota: Option<String>,
     /// The upstream's HTTP status; 0 when the call timed out.
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     #[schema(minimum = 0, maximum = 599)]
     pub(crate) status: Option<u16>,
     /// How long the emission took; with `lease_id`, this feeds the flow's
     /// average hold time (else the time the lease was held does).
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     #[schema(minimum = 0, maximum = 3600000)]
     pub(crate) duration_ms: Option<u64>,
     /// The lease of the grant, to free its in-flight place: the string the
     /// grant gave (an integer is still read, deprecated).
-    #[serde(default, deserialize_with = "crate::input::exact_id::optional")]
-    #[schema(schema_with = crate::input::exact_id::optional_input_schema)]
+    #[serde(default, deserialize_with = "crate::domain::input::exact_id::optional")]
+    #[schema(schema_with = crate::domain::input::exact_id::optional_input_schema)]
     pub(crate) lease_id: Option<i64>,
     /// Slots the client's local fallback spent (`degraded` decisions) while
     /// the arbiter was unreachable: added to the quota's window the database
     /// clock is in when the report arrives, like count mode's slots.
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     #[schema(minimum = 1, maximum = 1000000)]
     pub(crate) degraded: Option<u32>,
     /// How many of those local decisions were work due within the bypass
     /// horizon, let through at once instead of waiting for the client's
     /// share: tallied as `bypassed` for the reporting flow.
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     #[schema(minimum = 1, maximum = 1000000)]
     pub(crate) bypassed: Option<u32>,
 }

@@ -40,7 +40,7 @@ use crate::arbiter::{Arbiter, StoreUnavailable};
 use crate::auth::{Access, AuthMode, KeyRing, Role};
 use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
-use crate::config::Secret;
+use crate::domain::Secret;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use error::{ApiError, FailureCause};

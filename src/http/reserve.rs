@@ -13,25 +13,25 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
-use crate::decision::{Decision, QuotaLimit, SlotRequest, QUOTA_WINDOW_SECONDS};
-use crate::ratelimit_fields;
+use crate::domain::decision::{Decision, QuotaLimit, SlotRequest, QUOTA_WINDOW_SECONDS};
+use crate::domain::ratelimit_fields;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReserveBody {
     /// The flow that spends the quota.
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub(crate) flow: String,
     /// Slots to reserve, all or nothing (default 1).
     #[schema(minimum = 1, maximum = 10000)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub(crate) count: Option<i64>,
     /// Work due within the bypass horizon (or already past) is granted as `bypassed`.
     #[serde(default, deserialize_with = "super::extract::optional_timestamp")]
     pub(crate) deadline: Option<DateTime<Utc>>,
     /// The caller's reference, echoed in logs.
     #[serde(rename = "ref")]
-    #[schema(schema_with = crate::input::schema::optional_reference)]
+    #[schema(schema_with = crate::domain::input::schema::optional_reference)]
     pub(crate) reference: Option<String>,
 }
 

@@ -14,8 +14,8 @@ use super::admin::{changed, ADMIN_ACTOR};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiPath};
 use super::AppState;
-use crate::admission::{RouteClassPatch, RouteClassSettings};
-use crate::catalog::validate_name;
+use crate::domain::admission::{RouteClassPatch, RouteClassSettings};
+use crate::domain::catalog::validate_name;
 use crate::store::RouteClassRow;
 
 pub(crate) fn router() -> OpenApiRouter<AppState> {

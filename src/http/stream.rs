@@ -17,7 +17,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::{ApiError, Problem};
 use super::AppState;
-use crate::catalog::validate_name;
+use crate::domain::catalog::validate_name;
 use crate::store::{QuotaShare, Store};
 
 /// How often a stream renews its presence and reads the shares: a change

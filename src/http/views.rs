@@ -100,16 +100,16 @@ pub(crate) async fn observe_report(
     ApiQuery(query): ApiQuery<ReportQuery>,
 ) -> Result<Json<Report>, ApiError> {
     let since = query.since.as_deref().unwrap_or("7d");
-    crate::input::text(since).map_err(|why| ApiError::Invalid(format!("`since` {why}")))?;
+    crate::domain::input::text(since).map_err(|why| ApiError::Invalid(format!("`since` {why}")))?;
     let since = report::parse_since(since).map_err(ApiError::Invalid)?;
     known_quota(&state, query.quota.as_deref()).await?;
     if query
         .ceiling
-        .is_some_and(|c| !(0..=crate::catalog::MAX_CEILING).contains(&c))
+        .is_some_and(|c| !(0..=crate::domain::catalog::MAX_CEILING).contains(&c))
     {
         return Err(ApiError::Invalid(format!(
             "`ceiling` must be between 0 and {}",
-            crate::catalog::MAX_CEILING
+            crate::domain::catalog::MAX_CEILING
         )));
     }
     let report = report::observe_report(

@@ -14,7 +14,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
 use super::AppState;
 use crate::arbiter::{Claim, ClaimRequest, MAX_CLAIM};
-use crate::input;
+use crate::domain::input;
 use crate::store::work::{Finish, RetryDelay};
 use crate::store::{NewWork, WorkItem};
 
@@ -30,35 +30,35 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EnqueueBody {
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub(crate) flow: String,
     pub(crate) deadline: Option<DateTime<Utc>>,
     /// 1 (most important) to 9; default: the flow's priority.
     #[schema(minimum = 1, maximum = 9)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub(crate) priority: Option<i16>,
     /// What the worker needs to do the work (at most 8 KiB of JSON); none
     /// is `null`, for work that its `ref` alone names.
     #[serde(default)]
-    #[schema(schema_with = crate::input::schema::payload)]
+    #[schema(schema_with = crate::domain::input::schema::payload)]
     pub(crate) payload: serde_json::Value,
     /// Idempotency key: the same ref is the same item.
     #[serde(rename = "ref")]
-    #[schema(schema_with = crate::input::schema::optional_reference)]
+    #[schema(schema_with = crate::domain::input::schema::optional_reference)]
     pub(crate) reference: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClaimBody {
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub(crate) worker: String,
     /// Only these flows (default: every flow).
-    #[schema(schema_with = crate::input::schema::optional_names)]
+    #[schema(schema_with = crate::domain::input::schema::optional_names)]
     pub(crate) flows: Option<Vec<String>>,
     /// Most items to lease (default 1, at most 100).
     #[schema(minimum = 1, maximum = 100)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub(crate) max: Option<i64>,
 }
 
@@ -66,7 +66,7 @@ pub(crate) struct ClaimBody {
 #[serde(deny_unknown_fields)]
 pub(crate) struct LeaseBody {
     /// The worker that holds the claim.
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub(crate) worker: String,
 }
 
@@ -79,10 +79,10 @@ pub(crate) struct LeaseBody {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReleaseBody {
     /// The worker that holds the claim.
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub(crate) worker: String,
     /// Claimable again after this long: a duration like `30s`, `5m`, `1h 30m`.
-    #[schema(schema_with = crate::input::schema::optional_duration)]
+    #[schema(schema_with = crate::domain::input::schema::optional_duration)]
     pub(crate) retry_in: Option<String>,
     /// Claimable again at this time (RFC 3339 with a zone); a time past means now.
     pub(crate) retry_at: Option<DateTime<Utc>>,

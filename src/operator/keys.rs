@@ -2,8 +2,8 @@
 //! operator command, so they work with no replica running.
 
 use crate::auth::{self, Role};
-use crate::catalog::validate_name;
 use crate::cli::KeysCommand;
+use crate::domain::catalog::validate_name;
 use crate::store::Store;
 
 pub async fn run(store: &Store, command: KeysCommand) -> anyhow::Result<()> {

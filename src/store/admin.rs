@@ -6,7 +6,7 @@ use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::Store;
-use crate::catalog::{
+use crate::domain::catalog::{
     Fallback, FlowPatch, FlowPatchError, FlowSettings, Mode, QuotaPatch, QuotaSettings,
 };
 

@@ -9,7 +9,7 @@ use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::{CatalogError, Store};
-use crate::admission::{Admission, Refusal, RouteClassPatch, RouteClassSettings};
+use crate::domain::admission::{Admission, Refusal, RouteClassPatch, RouteClassSettings};
 
 /// A route class as the admin API shows it.
 #[derive(Clone, Debug, Serialize, ToSchema)]

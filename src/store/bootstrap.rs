@@ -9,16 +9,18 @@
 //!   [`FUNCTIONS`] and [`VIEWS`] (the binary carries them).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool, Postgres};
 
-use crate::config::Config;
+use crate::domain::catalog::{FlowSeed, QuotaLimits};
+use crate::domain::Secret;
 
 /// The migrations in `migrations/`, as every deployed database runs them.
 pub static MIGRATOR: Migrator = sqlx::migrate!();
@@ -137,17 +139,21 @@ fn drop_views() -> String {
 
 /// A pool that connects on first use, so the service starts (not ready) while
 /// PostgreSQL is down and recovers by itself when it comes back.
-pub fn connect_lazy(config: &Config) -> anyhow::Result<PgPool> {
-    let options = PgConnectOptions::from_str(config.database_url.expose()).map_err(|e| {
+/// A decision waits for a connection no longer than it may wait at all
+/// (`store_timeout`).
+pub fn connect_lazy(
+    database_url: &Secret,
+    max_connections: u32,
+    store_timeout: Duration,
+) -> anyhow::Result<PgPool> {
+    let options = PgConnectOptions::from_str(database_url.expose()).map_err(|e| {
         anyhow::anyhow!(
-            "configuration error: `database_url` ({:?}) is not a PostgreSQL URL: {e}",
-            config.database_url
+            "configuration error: `database_url` ({database_url:?}) is not a PostgreSQL URL: {e}"
         )
     })?;
     Ok(PgPoolOptions::new()
-        .max_connections(config.max_connections)
-        // A decision waits for a connection no longer than it may wait at all.
-        .acquire_timeout(config.store_timeout)
+        .max_connections(max_connections)
+        .acquire_timeout(store_timeout)
         // No round trip to test a connection before each statement: on the
         // hot path it was one more wait on the database per group. A
         // connection that broke while idle fails its statement instead,
@@ -158,10 +164,10 @@ pub fn connect_lazy(config: &Config) -> anyhow::Result<PgPool> {
 }
 
 /// Creates the database named by `database_url` when it does not exist yet.
-pub async fn ensure_database(config: &Config) -> Result<(), sqlx::Error> {
-    let url = config.database_url.expose();
+pub async fn ensure_database(database_url: &Secret) -> Result<(), sqlx::Error> {
+    let url = database_url.expose();
     if !Postgres::database_exists(url).await? {
-        tracing::info!(database_url = ?config.database_url, "creating database");
+        tracing::info!(?database_url, "creating database");
         if let Err(error) = Postgres::create_database(url).await {
             // Another replica may have created it in the meantime.
             if !Postgres::database_exists(url).await? {
@@ -289,10 +295,16 @@ pub static FRESH_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 
 /// Seeds quotas and flows declared in the config file. What the tables already
 /// hold wins: a ceiling changed or a mode flipped at run time is never undone
-/// by a restart; a difference is logged so the operator can reconcile.
-pub async fn seed_catalog(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
-    for (name, seed) in &config.quotas {
-        let wanted = seed.hourly_ceiling.unwrap_or(config.hourly_ceiling);
+/// by a restart; a difference is logged so the operator can reconcile. A
+/// quota without a ceiling of its own gets `default_ceiling`.
+pub async fn seed_catalog(
+    pool: &PgPool,
+    default_ceiling: i64,
+    quotas: &BTreeMap<String, QuotaLimits>,
+    flows: &BTreeMap<String, FlowSeed>,
+) -> Result<(), sqlx::Error> {
+    for (name, seed) in quotas {
+        let wanted = seed.hourly_ceiling.unwrap_or(default_ceiling);
         let stored = sqlx::query_file_scalar!(
             "sql/seed_quota.sql",
             name,
@@ -311,8 +323,8 @@ pub async fn seed_catalog(pool: &PgPool, config: &Config) -> Result<(), sqlx::Er
                 "config file and table disagree on hourly_ceiling; the table wins");
         }
     }
-    for (name, seed) in &config.flows {
-        sqlx::query_file!("sql/ensure_quota.sql", seed.quota, config.hourly_ceiling)
+    for (name, seed) in flows {
+        sqlx::query_file!("sql/ensure_quota.sql", seed.quota, default_ceiling)
             .execute(pool)
             .await?;
         let mode = seed.mode.map(|m| m.as_str());

@@ -18,8 +18,8 @@ use super::work::{
     PlaceLease,
 };
 use super::{Deferral, Store, Take, WorkItem};
-use crate::catalog::QuotaRule;
-use crate::decision::{Limit, Outcome};
+use crate::domain::catalog::QuotaRule;
+use crate::domain::decision::{Limit, Outcome};
 use crate::domain::rationing::share_up_to;
 
 /// How a leased item was decided.

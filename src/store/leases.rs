@@ -6,8 +6,8 @@
 use chrono::{DateTime, Utc};
 
 use super::Store;
-use crate::clock::ClockReading;
-use crate::decision::Limit;
+use crate::domain::decision::Limit;
+use crate::domain::ClockReading;
 
 /// What refused the reservation (or, in observe mode, would have), and when
 /// it could succeed.

@@ -1,10 +1,10 @@
 //! PostgreSQL: the single atomic arbiter. Every statement lives in `sql/`.
 
 /// The clock columns every time-dependent statement returns (`db_now`,
-/// `window_start`, `window_end`), as a [`ClockReading`](crate::clock::ClockReading).
+/// `window_start`, `window_end`), as a [`ClockReading`](crate::domain::ClockReading).
 macro_rules! clock_reading {
     ($row:expr) => {
-        crate::clock::ClockReading {
+        crate::domain::ClockReading {
             db_now: $row.db_now,
             window_start: $row.window_start,
             window_end: $row.window_end,
@@ -15,6 +15,7 @@ macro_rules! clock_reading {
 mod admin;
 mod admit;
 mod bootstrap;
+mod catalog;
 pub mod claim;
 mod history;
 mod keys;
@@ -44,7 +45,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
-use crate::clock::ClockReading;
+use crate::domain::ClockReading;
 
 /// The reservation store: the only code that can spend a slot conditionally.
 #[derive(Clone, Debug)]

@@ -6,9 +6,9 @@
 //! place, or none of them.
 
 use super::{Deferral, Lease, Store, Take};
-use crate::catalog::QuotaRule;
-use crate::clock::ClockReading;
-use crate::decision::Limit;
+use crate::domain::catalog::QuotaRule;
+use crate::domain::decision::Limit;
+use crate::domain::ClockReading;
 use chrono::{DateTime, Utc};
 
 /// What a group of asks on one paced quota asks of one statement.

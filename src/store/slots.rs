@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Deferral, Store};
-use crate::clock::ClockReading;
+use crate::domain::ClockReading;
 
 /// What the take-up-to-k upsert answered.
 #[derive(Clone, Copy, Debug)]
@@ -157,7 +157,7 @@ mod tests {
     use chrono::{Duration, Utc};
 
     use super::*;
-    use crate::decision::Limit;
+    use crate::domain::decision::Limit;
 
     /// A take of 3 for a group that wanted 5, stopped by the cadence.
     fn short_take() -> Take {

@@ -2,7 +2,7 @@
 //! replica, and what the quotas their flows spend allow now.
 
 use super::Store;
-use crate::catalog::Fallback;
+use crate::domain::catalog::Fallback;
 
 /// One quota as a share stream reports it: what a client needs to decide
 /// locally at its share when the arbiter is unreachable (design.md §12).

@@ -22,7 +22,7 @@ pub struct WorkItem {
     pub deadline: Option<DateTime<Utc>>,
     /// 1 is the most important; the flow's priority unless the item named one.
     pub priority: i16,
-    #[schema(schema_with = crate::input::schema::payload)]
+    #[schema(schema_with = crate::domain::input::schema::payload)]
     pub payload: serde_json::Value,
     /// `pending` (a claim whose lease ran out included), `claimed` or `done`.
     pub state: String,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::domain::decision::{Decision, Outcome};
 
 /// What a caller asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use quota_arbiter::admission::RouteClassSettings;
 use quota_arbiter::auth::{self, AuthMode};
 use quota_arbiter::config::Config;
+use quota_arbiter::domain::admission::RouteClassSettings;
 use quota_arbiter::store::Store;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -313,7 +313,7 @@ async fn all_or_nothing_a_share_refusal_spends_no_token_a_bucket_refusal_no_slot
     let tokens = |who: (&'static str, &'static str)| {
         let pool = pool.clone();
         async move {
-            let key = quota_arbiter::admission::Caller::Principal {
+            let key = quota_arbiter::domain::admission::Caller::Principal {
                 principal: who.0.into(),
                 tenant: who.1.into(),
             }

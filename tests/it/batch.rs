@@ -2,8 +2,8 @@
 
 use chrono::Duration;
 use quota_arbiter::arbiter::MAX_BATCH_ITEMS;
-use quota_arbiter::catalog::MAX_NAME_LEN;
-use quota_arbiter::decision::{Outcome, MAX_COUNT, MAX_REF_LEN};
+use quota_arbiter::domain::catalog::MAX_NAME_LEN;
+use quota_arbiter::domain::decision::{Outcome, MAX_COUNT, MAX_REF_LEN};
 use quota_arbiter::http::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
 use serde_json::{json, Value};
 use sqlx::PgPool;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quota_arbiter::decision::{Decision, Limit, Outcome};
+use quota_arbiter::domain::decision::{Decision, Limit, Outcome};
 use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::PgPool;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use quota_arbiter::catalog::Fallback;
-use quota_arbiter::config::FlowSeed;
+use quota_arbiter::domain::catalog::Fallback;
+use quota_arbiter::domain::catalog::FlowSeed;
 use quota_arbiter_client::{Client, Decision, Reserve, RetryPolicy};
 use serde_json::json;
 use sqlx::PgPool;
@@ -276,7 +276,7 @@ async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
             },
         );
     }
-    quota_arbiter::store::seed_catalog(&pool, &config)
+    quota_arbiter::store::seed_catalog(&pool, config.hourly_ceiling, &config.quotas, &config.flows)
         .await
         .unwrap();
     let stored: Vec<(String, String)> =

@@ -46,7 +46,7 @@ fn env_overrides_file_overrides_defaults() {
                 && printed.contains("hourly_ceiling: 700"),
             "the rest is: {printed}"
         );
-        let url = quota_arbiter::config::Secret("postgres://app:hunter2@db.internal/quotas".into());
+        let url = quota_arbiter::domain::Secret("postgres://app:hunter2@db.internal/quotas".into());
         let printed = format!("{url:?}");
         assert!(
             !printed.contains("hunter2") && printed.contains("db.internal/quotas"),

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use clap::CommandFactory;
 use quota_arbiter::cli::Cli;
-use quota_arbiter::config::{ignored_env_vars, Config, FlowSeed};
+use quota_arbiter::config::{ignored_env_vars, Config};
+use quota_arbiter::domain::catalog::FlowSeed;
 use serde_json::Value;
 
 fn chapter(path: &str) -> String {
@@ -216,7 +217,7 @@ fn configuration_keys() -> BTreeMap<String, Option<Value>> {
         .into(),
         route_classes: [(
             "NAME".to_string(),
-            quota_arbiter::admission::RouteClassSettings {
+            quota_arbiter::domain::admission::RouteClassSettings {
                 burst: 1.0,
                 rate: 1.0,
                 capacity: 1,

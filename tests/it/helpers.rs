@@ -6,8 +6,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quota_arbiter::config::{Config, Secret};
-use quota_arbiter::decision::Decision;
+use quota_arbiter::config::Config;
+use quota_arbiter::domain::decision::Decision;
+use quota_arbiter::domain::Secret;
 use quota_arbiter::startup::Application;
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;

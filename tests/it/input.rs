@@ -258,6 +258,9 @@ async fn a_body_is_an_object_and_integers_may_have_a_zero_fraction(pool: PgPool)
     .await;
     // JSON Schema's integer 3 may be written 3.0.
     let decision = app.reserve(json!({"flow": "invoice", "count": 3.0})).await;
-    assert_eq!(decision.outcome, quota_arbiter::decision::Outcome::Granted);
+    assert_eq!(
+        decision.outcome,
+        quota_arbiter::domain::decision::Outcome::Granted
+    );
     assert_eq!(crate::helpers::current_count(&pool, "ppf").await, 3);
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use quota_arbiter::auth::{self, AuthMode};
-use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::domain::decision::{Decision, Outcome};
 use quota_arbiter::store::Store;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::process::Stdio;
 
-use quota_arbiter::admission::RouteClassSettings;
-use quota_arbiter::catalog::{FlowRule, Mode};
-use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::domain::admission::RouteClassSettings;
+use quota_arbiter::domain::catalog::{FlowRule, Mode};
+use quota_arbiter::domain::decision::{Decision, Outcome};
 use quota_arbiter::metrics::{Metrics, STORE_OPERATIONS};
 use reqwest::Method;
 use serde_json::json;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::domain::decision::{Decision, Outcome};
 use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::PgPool;

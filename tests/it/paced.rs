@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use quota_arbiter::catalog::{Cadence, QuotaRule};
-use quota_arbiter::decision::{Decision, Limit, Outcome};
+use quota_arbiter::domain::catalog::{Cadence, QuotaRule};
+use quota_arbiter::domain::decision::{Decision, Limit, Outcome};
 use quota_arbiter::store::{PacedAsks, PacedGiveBack, Store};
 use serde_json::json;
 use sqlx::PgPool;
@@ -636,7 +636,7 @@ async fn concurrent_observations_of_a_cadence_say_which_would_have_waited(pool: 
         if decision.would_defer {
             assert_eq!(
                 decision.limit,
-                Some(quota_arbiter::decision::Limit::Cadence)
+                Some(quota_arbiter::domain::decision::Limit::Cadence)
             );
             would_wait += 1;
         }
@@ -747,7 +747,10 @@ async fn a_cadence_refusal_retries_when_its_own_tokens_are_there(pool: PgPool) {
         .await;
     let refused: Decision = serde_json::from_value(batch["decisions"][1].clone()).unwrap();
     assert_eq!(batch["decisions"][0]["outcome"], "granted");
-    assert_eq!(refused.limit, Some(quota_arbiter::decision::Limit::Cadence));
+    assert_eq!(
+        refused.limit,
+        Some(quota_arbiter::domain::decision::Limit::Cadence)
+    );
     let (tokens, refilled_at) = bucket(&pool, "api").await;
     assert!((tokens - 1.0).abs() < 1e-9, "one token kept: {tokens}");
     let second = chrono::Duration::seconds(1);
@@ -834,7 +837,10 @@ async fn a_refusal_names_the_limit_that_refused_not_the_places_it_did_not_take(p
     assert_eq!(live_leases(&pool, "full").await, 0);
     let refused = app.reserve(json!({"flow": "sync"})).await;
     assert_eq!(refused.outcome, Outcome::Deferred);
-    assert_eq!(refused.limit, Some(quota_arbiter::decision::Limit::Budget));
+    assert_eq!(
+        refused.limit,
+        Some(quota_arbiter::domain::decision::Limit::Budget)
+    );
     let window_end = refused.window_start.unwrap() + chrono::Duration::hours(1);
     assert_eq!(refused.retry_at, Some(window_end));
 
@@ -844,7 +850,10 @@ async fn a_refusal_names_the_limit_that_refused_not_the_places_it_did_not_take(p
     );
     let refused = app.reserve(json!({"flow": "ping"})).await;
     assert_eq!(refused.outcome, Outcome::Deferred);
-    assert_eq!(refused.limit, Some(quota_arbiter::decision::Limit::Cadence));
+    assert_eq!(
+        refused.limit,
+        Some(quota_arbiter::domain::decision::Limit::Cadence)
+    );
     assert!(refused.retry_after_seconds.unwrap() > 60, "{refused:?}");
 }
 

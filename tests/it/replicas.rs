@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::domain::decision::{Decision, Outcome};
 use serde_json::json;
 use sqlx::PgPool;
 

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Timelike;
-use quota_arbiter::catalog::Mode;
-use quota_arbiter::decision::Outcome;
+use quota_arbiter::domain::catalog::Mode;
+use quota_arbiter::domain::decision::Outcome;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -45,7 +45,7 @@ async fn enforced_flow_grants_up_to_the_ceiling_then_defers_until_the_next_windo
         .unwrap()
         .parse()
         .unwrap();
-    let decision: quota_arbiter::decision::Decision = response.json().await.unwrap();
+    let decision: quota_arbiter::domain::decision::Decision = response.json().await.unwrap();
     assert_eq!(decision.outcome, Outcome::Deferred);
     let window_start = decision.window_start.unwrap();
     assert_eq!(
@@ -543,7 +543,7 @@ async fn observations_spent_together_each_say_whether_they_went_past_the_ceiling
 
 /// A `/v1/reserve` answer with its RateLimit fields and `Retry-After`.
 struct Fielded {
-    decision: quota_arbiter::decision::Decision,
+    decision: quota_arbiter::domain::decision::Decision,
     policy: Option<String>,
     ratelimit: Option<String>,
     retry_after: Option<u64>,
@@ -644,7 +644,7 @@ async fn a_cadence_deferral_says_nothing_is_left_until_retry_after(pool: PgPool)
         (deferred.decision.outcome, deferred.decision.limit),
         (
             Outcome::Deferred,
-            Some(quota_arbiter::decision::Limit::Cadence)
+            Some(quota_arbiter::domain::decision::Limit::Cadence)
         )
     );
     let (r, t) = deferred.r_and_t("api");

@@ -369,7 +369,7 @@ async fn objects_are_read_and_deleted_one_at_a_time(pool: PgPool) {
     let decision = app.reserve(json!({"flow": "invoice"})).await;
     assert_eq!(
         decision.outcome,
-        quota_arbiter::decision::Outcome::Unthrottled,
+        quota_arbiter::domain::decision::Outcome::Unthrottled,
         "the replica obeys the deletion at once"
     );
 }

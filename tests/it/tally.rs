@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use quota_arbiter::decision::{Decision, Outcome};
+use quota_arbiter::domain::decision::{Decision, Outcome};
 use quota_arbiter::tally::Ledger;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeZone, Timelike, Utc};
-use quota_arbiter::decision::{Decision, Limit, Outcome};
+use quota_arbiter::domain::decision::{Decision, Limit, Outcome};
 use quota_arbiter::store::{QuotaAsk, QuotaTake, Store};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;

@@ -6,7 +6,7 @@ use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, Utc};
 use quota_arbiter::arbiter::{Claim, ClaimOutcome};
-use quota_arbiter::decision::{Limit, Outcome};
+use quota_arbiter::domain::decision::{Limit, Outcome};
 use quota_arbiter::store::WorkItem;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -129,7 +129,7 @@ async fn concurrent_claimers_ration_by_deadline_without_double_claims(pool: PgPo
     for c in &granted {
         assert_eq!(
             c.decision.outcome,
-            quota_arbiter::decision::Outcome::Granted
+            quota_arbiter::domain::decision::Outcome::Granted
         );
         by_flow
             .entry(c.item.flow.clone())

@@ -229,7 +229,7 @@ pub mod integer {
 
     use crate::domain::Patch;
 
-    /// `#[serde(default, deserialize_with = "crate::input::integer::optional")]`
+    /// `#[serde(default, deserialize_with = "crate::domain::input::integer::optional")]`
     pub fn optional<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
     where
         D: Deserializer<'de>,
@@ -238,7 +238,7 @@ pub mod integer {
         d.deserialize_option(Whole(PhantomData))
     }
 
-    /// `#[serde(deserialize_with = "crate::input::integer::required")]`
+    /// `#[serde(deserialize_with = "crate::domain::input::integer::required")]`
     pub fn required<'de, D, T>(d: D) -> Result<T, D::Error>
     where
         D: Deserializer<'de>,
@@ -331,7 +331,7 @@ pub mod exact_id {
     /// The decimal digits of an id, as the OpenAPI document writes them.
     pub const PATTERN: &str = "^-?[0-9]{1,19}$";
 
-    /// `#[serde(serialize_with = "crate::input::exact_id::optional_string")]`
+    /// `#[serde(serialize_with = "crate::domain::input::exact_id::optional_string")]`
     pub fn optional_string<S: Serializer>(id: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
         match id {
             Some(id) => s.collect_str(id),
@@ -339,7 +339,7 @@ pub mod exact_id {
         }
     }
 
-    /// `#[serde(default, deserialize_with = "crate::input::exact_id::optional")]`:
+    /// `#[serde(default, deserialize_with = "crate::domain::input::exact_id::optional")]`:
     /// a decimal string or an integer; `null` or absent is none.
     pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
         d.deserialize_option(StringOrInteger)

@@ -64,7 +64,7 @@ impl QuotaSettings {
 pub struct QuotaLimits {
     /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
     #[schema(minimum = 0, maximum = 9007199254740992_i64)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub hourly_ceiling: Option<i64>,
     /// Cadence: sustained tokens per second (with `burst`).
     pub rate: Option<f64>,
@@ -74,15 +74,15 @@ pub struct QuotaLimits {
     pub adaptive: Option<bool>,
     /// In-flight places; a grant holds a lease on one.
     #[schema(minimum = 1, maximum = 10000)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub max_in_flight: Option<i32>,
     /// Headroom: percent of the ceiling open to priority-2 flows.
     #[schema(minimum = 0, maximum = 100)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub priority2_share: Option<i16>,
     /// Headroom: percent of the ceiling open to priority-3 flows.
     #[schema(minimum = 0, maximum = 100)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub priority3_share: Option<i16>,
 }
 
@@ -109,7 +109,7 @@ impl QuotaLimits {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaPatch {
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = Option<i64>, nullable, minimum = 0, maximum = 9007199254740992_i64)]
     pub hourly_ceiling: Patch<i64>,
     #[serde(default)]
@@ -121,13 +121,13 @@ pub struct QuotaPatch {
     #[serde(default)]
     #[schema(value_type = Option<bool>, nullable)]
     pub adaptive: Patch<bool>,
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = Option<i32>, nullable, minimum = 1, maximum = 10000)]
     pub max_in_flight: Patch<i32>,
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 0, maximum = 100)]
     pub priority2_share: Patch<i16>,
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 0, maximum = 100)]
     pub priority3_share: Patch<i16>,
 }
@@ -233,18 +233,18 @@ impl FlowSettings {
 #[serde(deny_unknown_fields)]
 pub struct FlowBody {
     /// The quota the flow spends; it must exist unless `create_quota` is true.
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub quota: String,
     /// Default `observe`.
     pub mode: Option<Mode>,
     /// 1 (most important) to 9; default 2.
     #[schema(minimum = 1, maximum = 9)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub priority: Option<i16>,
     /// Enforce mode only: share of over-ceiling decisions actually deferred
     /// (default 100 = all).
     #[schema(minimum = 1, maximum = 100)]
-    #[serde(default, deserialize_with = "crate::input::integer::optional")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub enforce_percent: Option<i16>,
     /// What a worker's client does when the arbiter is unreachable; default `off`.
     pub fallback: Option<Fallback>,
@@ -274,18 +274,18 @@ impl FlowBody {
 pub struct FlowPatch {
     /// Required to create the flow; it must exist unless `create_quota` is true.
     #[serde(default)]
-    #[schema(schema_with = crate::input::schema::name)]
+    #[schema(schema_with = crate::domain::input::schema::name)]
     pub quota: Patch<String>,
     /// `null`: back to `observe`.
     #[serde(default)]
     #[schema(value_type = Option<Mode>, nullable)]
     pub mode: Patch<Mode>,
     /// `null`: back to 2.
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 1, maximum = 9)]
     pub priority: Patch<i16>,
     /// `null`: all (100 %).
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = Option<i16>, nullable, minimum = 1, maximum = 100)]
     pub enforce_percent: Patch<i16>,
     /// `null`: back to `off`.

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
+use crate::domain::ratelimit_fields::{self, whole_seconds};
 use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
-use crate::ratelimit_fields::{self, whole_seconds};
 
 /// Window lengths a route class may count capacity in: the divisors of an
 /// hour, so windows stay aligned on the UTC hour.
@@ -37,12 +37,12 @@ pub struct RouteClassSettings {
     pub rate: f64,
     /// Admissions per window shared by every caller of the class.
     #[schema(minimum = 1, maximum = 9007199254740992_i64)]
-    #[serde(deserialize_with = "crate::input::integer::required")]
+    #[serde(deserialize_with = "crate::domain::input::integer::required")]
     pub capacity: i64,
     /// The window's length in seconds; it divides an hour (windows are
     /// aligned on the hour of the database clock).
     #[schema(schema_with = window_seconds_schema)]
-    #[serde(deserialize_with = "crate::input::integer::required")]
+    #[serde(deserialize_with = "crate::domain::input::integer::required")]
     pub window_seconds: i32,
     /// The most of `capacity` one tenant may take in a window, in (0, 1].
     #[schema(exclusive_minimum = 0, maximum = 1)]
@@ -104,10 +104,10 @@ pub struct RouteClassPatch {
     #[serde(default)]
     #[schema(value_type = f64, exclusive_minimum = 0, maximum = 1e6)]
     pub rate: Patch<f64>,
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = i64, minimum = 1, maximum = 9007199254740992_i64)]
     pub capacity: Patch<i64>,
-    #[serde(default, deserialize_with = "crate::input::integer::patch")]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = i32, schema_with = window_seconds_schema)]
     pub window_seconds: Patch<i32>,
     #[serde(default)]
@@ -225,7 +225,7 @@ impl Caller {
 
 /// A principal or tenant identifier: printable, 1 to 256 characters.
 fn identifier(value: &str) -> Result<(), String> {
-    crate::input::reference(value)
+    crate::domain::input::reference(value)
 }
 
 /// The network range a caller is counted in: /24 for IPv4, /64 for IPv6 (an

@@ -5,15 +5,15 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::catalog::Mode;
-use crate::clock::ClockReading;
-use crate::ratelimit_fields::whole_seconds;
+use crate::domain::catalog::Mode;
+use crate::domain::ratelimit_fields::whole_seconds;
+use crate::domain::ClockReading;
 
 /// Largest `count` one reservation may ask for: one business operation that
 /// makes several calls, not a bulk import.
 pub const MAX_COUNT: i64 = 10_000;
+pub use crate::domain::input::MAX_REF_LEN;
 pub use crate::domain::{Limit, Outcome};
-pub use crate::input::MAX_REF_LEN;
 
 /// A validated request for `count` slots of a flow's quota.
 #[derive(Clone, Debug)]
@@ -31,13 +31,13 @@ impl SlotRequest {
         deadline: Option<DateTime<Utc>>,
         reference: Option<String>,
     ) -> Result<Self, String> {
-        crate::catalog::validate_name(&flow).map_err(|why| format!("`flow` {why}"))?;
+        crate::domain::catalog::validate_name(&flow).map_err(|why| format!("`flow` {why}"))?;
         let count = count.unwrap_or(1);
         if !(1..=MAX_COUNT).contains(&count) {
             return Err(format!("`count` must be between 1 and {MAX_COUNT}"));
         }
         if let Some(reference) = &reference {
-            crate::input::reference(reference).map_err(|why| format!("`ref` {why}"))?;
+            crate::domain::input::reference(reference).map_err(|why| format!("`ref` {why}"))?;
         }
         Ok(Self {
             flow,
@@ -70,10 +70,10 @@ pub struct Decision {
     /// digits on the wire: 60 random bits do not survive a double.
     #[serde(
         default,
-        serialize_with = "crate::input::exact_id::optional_string",
-        deserialize_with = "crate::input::exact_id::optional"
+        serialize_with = "crate::domain::input::exact_id::optional_string",
+        deserialize_with = "crate::domain::input::exact_id::optional"
     )]
-    #[schema(schema_with = crate::input::exact_id::optional_schema)]
+    #[schema(schema_with = crate::domain::input::exact_id::optional_schema)]
     pub lease_id: Option<i64>,
     pub valid_until: Option<DateTime<Utc>>,
     /// The flow's quota as the answer's RateLimit fields describe it

@@ -1,0 +1,236 @@
+//! The catalog's rules: quotas, flows and route classes as a decision reads
+//! them (a [`Snapshot`]), and the settings an operator writes. The replica's
+//! copy of it, reloaded from the database, is `crate::catalog::Catalog`.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::admission::RouteClass;
+
+mod settings;
+
+pub use settings::{
+    Fallback, FlowBody, FlowPatch, FlowPatchError, FlowSettings, QuotaLimits, QuotaPatch,
+    QuotaSettings, DEFAULT_PRIORITY,
+};
+
+pub use crate::domain::input::{name as validate_name, MAX_NAME_LEN};
+pub use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
+/// Checks a quota's limits; the same bounds as the table's CHECKs.
+pub fn validate_limits(
+    hourly_ceiling: i64,
+    rate: Option<f64>,
+    burst: Option<f64>,
+) -> Result<(), String> {
+    if !(0..=MAX_CEILING).contains(&hourly_ceiling) {
+        return Err(format!(
+            "`hourly_ceiling` must be between 0 and {MAX_CEILING}"
+        ));
+    }
+    match (rate, burst) {
+        (Some(rate), Some(burst))
+            if rate > 0.0 && rate <= MAX_RATE && (1.0..=MAX_BURST).contains(&burst) =>
+        {
+            Ok(())
+        }
+        (None, None) => Ok(()),
+        _ => Err(format!(
+            "`rate` (0 < rate <= {MAX_RATE}) and `burst` (1 <= burst <= {MAX_BURST}) go together"
+        )),
+    }
+}
+
+/// What a flow's decisions do with the quota (design.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Attempt and count the slot, always grant; flag what enforcement would defer.
+    Observe,
+    /// A full window defers.
+    Enforce,
+    /// Never throttled; counted after the fact.
+    Count,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Observe => "observe",
+            Mode::Enforce => "enforce",
+            Mode::Count => "count",
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "observe" => Ok(Mode::Observe),
+            "enforce" => Ok(Mode::Enforce),
+            "count" => Ok(Mode::Count),
+            other => Err(format!(
+                "unknown mode `{other}` (observe, enforce or count)"
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuotaRule {
+    pub name: String,
+    pub hourly_ceiling: i64,
+    pub cadence: Option<Cadence>,
+    pub max_in_flight: Option<i32>,
+    /// Headroom: share (percent) of the ceiling open to priority 2 and 3 flows.
+    pub priority2_share: Option<i16>,
+    pub priority3_share: Option<i16>,
+}
+
+/// A short-window governor beside the hourly budget: a token bucket.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cadence {
+    /// Sustained tokens per second.
+    pub rate: f64,
+    /// Bucket size: how many can go at once after a quiet spell.
+    pub burst: f64,
+    /// Shrink on upstream errors, recover passively.
+    pub adaptive: bool,
+}
+
+impl QuotaRule {
+    /// Only the window's count decides (headroom included): concurrent
+    /// decisions can share one take-up-to-k statement.
+    pub fn decided_by_window_alone(&self) -> bool {
+        self.cadence.is_none() && self.max_in_flight.is_none()
+    }
+
+    /// The part of the ceiling a flow of `priority` may use: lower priorities
+    /// stop short of the top of the window when the quota reserves headroom.
+    pub fn ceiling_for(&self, priority: i16) -> i64 {
+        let share = match priority {
+            ..=1 => None,
+            2 => self.priority2_share,
+            _ => self.priority3_share.or(self.priority2_share),
+        };
+        share.map_or(self.hourly_ceiling, |percent| {
+            self.hourly_ceiling * i64::from(percent.clamp(0, 100)) / 100
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowRule {
+    pub name: String,
+    pub quota: String,
+    pub mode: Mode,
+    pub priority: i16,
+    /// Enforce mode: the share (1-100) of over-ceiling decisions actually deferred.
+    pub enforce_percent: i16,
+}
+
+/// A flow together with the quota it spends, as a decision needs them.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    pub flow: FlowRule,
+    pub quota: QuotaRule,
+}
+
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    quotas: HashMap<String, QuotaRule>,
+    flows: HashMap<String, FlowRule>,
+    route_classes: HashMap<String, RouteClass>,
+}
+
+impl Snapshot {
+    /// A snapshot of these quotas and flows (no route class), as unit tests
+    /// of the decision paths build one.
+    #[cfg(test)]
+    pub(crate) fn of(quotas: Vec<QuotaRule>, flows: Vec<FlowRule>) -> Self {
+        Snapshot::new(quotas, flows, Vec::new())
+    }
+
+    /// The catalog as these rules (each keyed by its name).
+    pub fn new(
+        quotas: Vec<QuotaRule>,
+        flows: Vec<FlowRule>,
+        route_classes: Vec<RouteClass>,
+    ) -> Self {
+        Snapshot {
+            quotas: quotas.into_iter().map(|q| (q.name.clone(), q)).collect(),
+            flows: flows.into_iter().map(|f| (f.name.clone(), f)).collect(),
+            route_classes: route_classes
+                .into_iter()
+                .map(|r| (r.name.clone(), r))
+                .collect(),
+        }
+    }
+
+    pub fn rule(&self, flow: &str) -> Option<Rule> {
+        let flow = self.flows.get(flow)?;
+        let quota = self.quotas.get(&flow.quota)?;
+        Some(Rule {
+            flow: flow.clone(),
+            quota: quota.clone(),
+        })
+    }
+
+    pub fn has_quota(&self, quota: &str) -> bool {
+        self.quotas.contains_key(quota)
+    }
+
+    pub fn flows(&self) -> impl Iterator<Item = &FlowRule> {
+        self.flows.values()
+    }
+
+    /// The admission profile a gateway names (design.md §11).
+    pub fn route_class(&self, name: &str) -> Option<&RouteClass> {
+        self.route_classes.get(name)
+    }
+
+    pub fn route_classes(&self) -> impl Iterator<Item = &RouteClass> {
+        self.route_classes.values()
+    }
+}
+
+/// A flow the config file declares: seeded when the table lacks it
+/// (`crate::store::seed_catalog`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSeed {
+    pub quota: String,
+    pub mode: Option<Mode>,
+    pub priority: Option<i16>,
+    /// Seeds a new flow only, like `mode`; omitted: `off`.
+    pub fallback: Option<Fallback>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota(priority2_share: Option<i16>, priority3_share: Option<i16>) -> QuotaRule {
+        QuotaRule {
+            name: "ppf".into(),
+            hourly_ceiling: 1000,
+            cadence: None,
+            max_in_flight: None,
+            priority2_share,
+            priority3_share,
+        }
+    }
+
+    #[test]
+    fn each_priority_stops_at_its_own_share_of_the_ceiling() {
+        let shared = quota(Some(90), Some(80));
+        let ceilings: Vec<i64> = (0..=4).map(|p| shared.ceiling_for(p)).collect();
+        assert_eq!(ceilings, [1000, 1000, 900, 800, 800]);
+        // Priority 3 without a share of its own stops where priority 2 does.
+        assert_eq!(quota(Some(90), None).ceiling_for(3), 900);
+        assert_eq!(quota(None, None).ceiling_for(3), 1000);
+    }
+}

@@ -1,0 +1,69 @@
+//! The catalog as a decision reads it: quotas, flows and route classes, in one
+//! read (`crate::catalog::Catalog` keeps the replica's copy).
+
+use crate::domain::admission::{RouteClass, RouteClassSettings};
+use crate::domain::catalog::{Cadence, FlowRule, QuotaRule, Snapshot};
+
+use super::Store;
+
+impl Store {
+    /// Reads the tables in one transaction so the snapshot is consistent.
+    /// Every replica does so every 2 s: the reads take what a decision uses
+    /// and nothing more (`sql/catalog_quotas.sql`).
+    pub async fn load_catalog(&self) -> Result<Snapshot, sqlx::Error> {
+        let mut tx = self.pool().begin().await?;
+        let quotas = sqlx::query_file!("sql/catalog_quotas.sql")
+            .fetch_all(&mut *tx)
+            .await?;
+        let flows = sqlx::query_file!("sql/catalog_flows.sql")
+            .fetch_all(&mut *tx)
+            .await?;
+        let route_classes = sqlx::query_file!("sql/list_route_classes.sql", None::<String>)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let quotas = quotas
+            .into_iter()
+            .map(|q| QuotaRule {
+                cadence: q.rate.zip(q.burst).map(|(rate, burst)| Cadence {
+                    rate,
+                    burst,
+                    adaptive: q.adaptive,
+                }),
+                name: q.name,
+                hourly_ceiling: q.hourly_ceiling,
+                max_in_flight: q.max_in_flight,
+                priority2_share: q.priority2_share,
+                priority3_share: q.priority3_share,
+            })
+            .collect();
+        let flows = flows
+            .into_iter()
+            .filter_map(|f| {
+                // The table's CHECK keeps modes valid; a value this build
+                // does not know is skipped rather than guessed at.
+                Some(FlowRule {
+                    mode: f.mode.parse().ok()?,
+                    name: f.name,
+                    quota: f.quota,
+                    priority: f.priority,
+                    enforce_percent: f.enforce_percent.unwrap_or(100),
+                })
+            })
+            .collect();
+        let route_classes = route_classes
+            .into_iter()
+            .map(|r| RouteClass {
+                name: r.name,
+                settings: RouteClassSettings {
+                    burst: r.burst,
+                    rate: r.rate,
+                    capacity: r.capacity,
+                    window_seconds: r.window_seconds,
+                    tenant_share: r.tenant_share,
+                },
+            })
+            .collect();
+        Ok(Snapshot::new(quotas, flows, route_classes))
+    }
+}
