@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::domain::catalog::Snapshot;
 use crate::mirror::Mirror;
-use crate::store::Store;
+use crate::store::{Store, StoreError, StoreUnavailable};
 
 /// The replica's view of the catalog. `None` until the first successful load:
 /// until then nobody can tell an enforced flow from an unknown one, so
@@ -21,6 +21,13 @@ impl Catalog {
         self.current.read(Option::clone)
     }
 
+    /// The snapshot, for a decision that needs it: before the first load
+    /// nobody can tell an enforced flow from an unknown one, so it fails
+    /// closed ([`not_loaded`]).
+    pub fn loaded(&self) -> Result<Arc<Snapshot>, StoreError> {
+        self.snapshot().ok_or_else(not_loaded)
+    }
+
     pub fn is_loaded(&self) -> bool {
         self.snapshot().is_some()
     }
@@ -30,4 +37,11 @@ impl Catalog {
         let load = async { Ok(Some(Arc::new(store.load_catalog().await?))) };
         self.current.reload(load).await
     }
+}
+
+/// Before the first catalog load nobody can tell an enforced flow from an
+/// unknown one: the decision paths fail closed, as when the store is out of
+/// reach (a 503 for an enforced decision).
+pub fn not_loaded() -> StoreError {
+    StoreUnavailable("catalog not loaded yet".into()).into()
 }

@@ -4,6 +4,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::auth::Role;
 use crate::domain::catalog::{Fallback, FlowPatch, Mode, Patch, QuotaPatch};
+use crate::domain::{FlowName, QuotaName};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -80,13 +81,13 @@ fn parse_role(text: &str) -> Result<Role, String> {
 
 #[derive(Debug, Args)]
 pub struct FlowArgs {
-    pub name: String,
+    pub name: FlowName,
     /// observe, enforce or count.
     #[arg(value_parser = parse_mode)]
     pub mode: Option<Mode>,
     /// The quota the flow spends (required to create it).
     #[arg(long)]
-    pub quota: Option<String>,
+    pub quota: Option<QuotaName>,
     /// Enforce mode only: defer this share (1-100) of over-ceiling decisions.
     #[arg(long)]
     pub percent: Option<i16>,
@@ -105,7 +106,7 @@ pub struct FlowArgs {
 impl FlowArgs {
     pub fn patch(&self) -> FlowPatch {
         FlowPatch {
-            quota: self.quota.clone().into(),
+            quota: self.quota.clone().map(QuotaName::into_string).into(),
             mode: self.mode.into(),
             priority: self.priority.into(),
             enforce_percent: self.percent.into(),
@@ -117,7 +118,7 @@ impl FlowArgs {
 
 #[derive(Debug, Args)]
 pub struct QuotaArgs {
-    pub name: String,
+    pub name: QuotaName,
     #[arg(long)]
     pub hourly_ceiling: Option<i64>,
     /// Cadence: sustained tokens per second (with --burst).

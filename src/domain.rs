@@ -14,8 +14,11 @@ pub mod admission;
 pub mod catalog;
 pub mod decision;
 pub mod input;
+pub mod names;
 pub mod ratelimit_fields;
 pub mod rationing;
+
+pub use names::{FlowName, QuotaName};
 
 /// One reading of the database clock (design.md §2: database time only): its
 /// now, and the window that now falls in.

@@ -1,7 +1,8 @@
 //! quota-arbiter: many workers share a third-party quota, with PostgreSQL as
 //! the single atomic arbiter. See docs/design.md for the contract.
 
-pub mod arbiter;
+pub mod administration;
+pub mod admission;
 pub mod auth;
 pub mod bypass;
 pub mod catalog;
@@ -14,7 +15,10 @@ pub mod metrics;
 pub mod mirror;
 pub mod operator;
 pub mod report;
+pub mod reservations;
+pub(crate) mod shell;
 pub mod startup;
 pub mod store;
 pub mod tally;
 pub mod telemetry;
+pub mod work_registry;

@@ -35,7 +35,6 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// `request`: an admin, report or dashboard request whose store work did not
 /// finish within the store timeout.
 pub const STORE_OPERATIONS: &[&str] = &[
-    "request",
     "admit",
     "reserve",
     "read_clock",
@@ -46,6 +45,13 @@ pub const STORE_OPERATIONS: &[&str] = &[
     "get_work",
     "finish_work",
     "release_lease",
+    "hold_lease",
+    "adapt_cadence",
+    "share_stream",
+    "read_catalog",
+    "change_catalog",
+    "read_history",
+    "readiness",
 ];
 
 /// The outcomes a known flow's decisions can have in each mode; a flow the

@@ -10,7 +10,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::cli::{FlowArgs, QuotaArgs};
 use crate::config::Config;
-use crate::domain::catalog::validate_name;
+use crate::domain::QuotaName;
 use crate::report::{self, Report};
 use crate::store::{CatalogError, FlowRow, Store, WhenMissing};
 
@@ -72,10 +72,6 @@ fn print_flow(f: &FlowRow) {
 
 /// `flow NAME [MODE] [--quota Q] …`: the same change as `PATCH /v1/flows/NAME`.
 pub async fn change_flow(store: &Store, config: &Config, args: &FlowArgs) -> anyhow::Result<()> {
-    validate_name(&args.name).map_err(|why| anyhow::anyhow!("flow name {why}"))?;
-    if let Some(quota) = &args.quota {
-        validate_name(quota).map_err(|why| anyhow::anyhow!("--quota {why}"))?;
-    }
     let create_quota = args.create_quota.then_some(config.hourly_ceiling);
     let row = store
         .patch_flow(
@@ -93,7 +89,6 @@ pub async fn change_flow(store: &Store, config: &Config, args: &FlowArgs) -> any
 
 /// `quota NAME [--hourly-ceiling N] …`: the same change as `PATCH /v1/quotas/NAME`.
 pub async fn change_quota(store: &Store, config: &Config, args: &QuotaArgs) -> anyhow::Result<()> {
-    validate_name(&args.name).map_err(|why| anyhow::anyhow!("quota name {why}"))?;
     let patch = args.patch().map_err(anyhow::Error::msg)?;
     let row = store
         .patch_quota(
@@ -139,7 +134,7 @@ fn cli_error(error: CatalogError) -> anyhow::Error {
 /// empty answer.
 async fn known_quota(store: &Store, quota: Option<&str>) -> anyhow::Result<()> {
     if let Some(quota) = quota {
-        validate_name(quota).map_err(|why| anyhow::anyhow!("--quota {why}"))?;
+        QuotaName::parse(quota).map_err(|why| anyhow::anyhow!("--quota {why}"))?;
         anyhow::ensure!(store.quota(quota).await?.is_some(), "no quota `{quota}`");
     }
     Ok(())

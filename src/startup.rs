@@ -11,7 +11,8 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::arbiter::Arbiter;
+use crate::administration::Administration;
+use crate::admission::AdmissionDesk;
 use crate::auth::KeyRing;
 use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
@@ -19,8 +20,11 @@ use crate::clock::DbClock;
 use crate::config::Config;
 use crate::http::{self, AppState, Services};
 use crate::metrics::Metrics;
+use crate::reservations::Reservations;
+use crate::shell::Shell;
 use crate::store::{self, Store};
 use crate::tally::Ledger;
+use crate::work_registry::WorkRegistry;
 
 /// How often a replica re-reads the catalog and the database clock anyway: the
 /// safety net under LISTEN/NOTIFY, should the listening connection drop.
@@ -71,6 +75,7 @@ fn send_at_once(stream: &mut TcpStream) {
 pub struct Application {
     listener: HttpListener,
     state: AppState,
+    store: Store,
     ledger: Ledger,
     background: Vec<tokio::task::JoinHandle<()>>,
     /// The flusher, stopped between two flushes, never in one.
@@ -106,15 +111,39 @@ impl Application {
             Metrics::new(),
         );
         let (stop_streams, stopping) = tokio::sync::watch::channel(false);
+        // The one shell every product's store calls go through.
+        let shell = Shell::new(
+            metrics.clone(),
+            clock.clone(),
+            ledger.clone(),
+            config.store_timeout,
+        );
+        let reservations = Reservations::new(
+            store.clone(),
+            catalog.clone(),
+            ledger.clone(),
+            clock.clone(),
+            metrics.clone(),
+            shell.clone(),
+        );
         let state = AppState::new(Services {
-            arbiter: Arbiter::new(
+            work_registry: WorkRegistry::new(
                 store.clone(),
                 catalog.clone(),
-                ledger.clone(),
-                clock.clone(),
                 metrics.clone(),
-                config.store_timeout,
+                shell.clone(),
+                reservations.clone(),
             ),
+            admission: AdmissionDesk::new(store.clone(), shell.clone()),
+            administration: Administration::new(
+                store.clone(),
+                catalog.clone(),
+                metrics.clone(),
+                shell,
+                config.hourly_ceiling,
+                config.history_retention,
+            ),
+            reservations,
             bypass: BypassDesk::new(
                 catalog.clone(),
                 ledger.clone(),
@@ -122,16 +151,12 @@ impl Application {
                 metrics.clone(),
                 config.bypass_horizon,
             ),
-            store: store.clone(),
             catalog: catalog.clone(),
             metrics,
             admin_token: config.admin_token.clone(),
             auth: config.auth,
             keys: keys.clone(),
-            default_ceiling: config.hourly_ceiling,
-            store_timeout: config.store_timeout,
             lease_duration: config.lease_duration,
-            history_retention: config.history_retention,
             // Checked when the configuration was loaded.
             admit_client_ip_header: config
                 .admit_client_ip_header
@@ -177,10 +202,11 @@ impl Application {
             tokio::spawn(prune_loop(store.clone(), retentions)),
         ];
         let (stop_flushing, stopped) = tokio::sync::watch::channel(false);
-        let flusher = tokio::spawn(flush_loop(store, ledger.clone(), stopped));
+        let flusher = tokio::spawn(flush_loop(store.clone(), ledger.clone(), stopped));
         Ok(Self {
             listener,
             state,
+            store,
             ledger,
             background,
             flusher: (flusher, stop_flushing),
@@ -210,7 +236,6 @@ impl Application {
         stop: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
-        let pool = self.state.store.pool().clone();
         // The peer's address is the anonymous admission class's fallback.
         let app = http::app(self.state).into_make_service_with_connect_info::<SocketAddr>();
         let stop_streams = self.stop_streams;
@@ -227,7 +252,9 @@ impl Application {
         let (flusher, stop_flushing) = self.flusher;
         let _ = stop_flushing.send(true);
         let _ = flusher.await;
-        self.ledger.flush_before_exit(&pool, SHUTDOWN_GRACE).await;
+        self.ledger
+            .flush_before_exit(self.store.pool(), SHUTDOWN_GRACE)
+            .await;
         served
     }
 }

@@ -117,7 +117,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     anyhow::ensure!(args.quotas > 0, "--quotas must be at least 1");
     anyhow::ensure!(args.callers > 0, "--callers must be at least 1");
-    let batch_items = 1..=quota_arbiter::arbiter::MAX_BATCH_ITEMS;
+    let batch_items = 1..=quota_arbiter::reservations::MAX_BATCH_ITEMS;
     anyhow::ensure!(
         batch_items.contains(&args.batch_items),
         "--batch-items must be within {batch_items:?}"

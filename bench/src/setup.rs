@@ -28,7 +28,7 @@ pub async fn declare(
     store.put_quota(ACTOR, name, settings).await?;
     if let Some(mode) = mode {
         let flow = FlowSettings {
-            quota: name.to_string(),
+            quota: quota_arbiter::domain::QuotaName::parse(name).map_err(anyhow::Error::msg)?,
             mode,
             priority: DEFAULT_PRIORITY,
             enforce_percent: None,

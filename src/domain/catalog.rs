@@ -209,6 +209,48 @@ pub struct FlowSeed {
     pub fallback: Option<Fallback>,
 }
 
+/// How a decision about a flow is handled, by the replica's catalog: the one
+/// rule every decision path (a reservation, a batch's items, a claim's
+/// flows) dispatches on. Work due within the bypass horizon is let through
+/// before any of this (`crate::bypass::BypassDesk`).
+pub enum Handling {
+    /// Before the first catalog load nobody can tell an enforced flow from an
+    /// unknown one: fail closed rather than wave everything through.
+    CatalogNotLoaded,
+    /// A flow the catalog does not know is never throttled.
+    Unknown,
+    /// `count`: spent after the fact, never throttled.
+    Count(Rule),
+    /// `observe`: spent and granted, told whether enforcing would defer.
+    Observe(Rule),
+    /// `enforce`: rationed; what does not fit is deferred.
+    Enforce(Rule),
+}
+
+impl Handling {
+    /// The flow's rule, when the catalog has one.
+    pub fn rule(&self) -> Option<&Rule> {
+        match self {
+            Handling::Count(rule) | Handling::Observe(rule) | Handling::Enforce(rule) => Some(rule),
+            Handling::CatalogNotLoaded | Handling::Unknown => None,
+        }
+    }
+
+    pub fn of(snapshot: Option<&Snapshot>, flow: &str) -> Handling {
+        let Some(snapshot) = snapshot else {
+            return Handling::CatalogNotLoaded;
+        };
+        match snapshot.rule(flow) {
+            None => Handling::Unknown,
+            Some(rule) => match rule.flow.mode {
+                Mode::Count => Handling::Count(rule),
+                Mode::Observe => Handling::Observe(rule),
+                Mode::Enforce => Handling::Enforce(rule),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +274,53 @@ mod tests {
         // Priority 3 without a share of its own stops where priority 2 does.
         assert_eq!(quota(Some(90), None).ceiling_for(3), 900);
         assert_eq!(quota(None, None).ceiling_for(3), 1000);
+    }
+
+    #[test]
+    fn a_decision_routes_by_the_catalog_and_the_flows_mode() {
+        let quota = QuotaRule {
+            name: "ppf".into(),
+            hourly_ceiling: 10,
+            cadence: None,
+            max_in_flight: None,
+            priority2_share: None,
+            priority3_share: None,
+        };
+        let flow = |name: &str, mode| FlowRule {
+            name: name.into(),
+            quota: "ppf".into(),
+            mode,
+            priority: 2,
+            enforce_percent: 100,
+        };
+        let flows = vec![
+            flow("counted", Mode::Count),
+            flow("observed", Mode::Observe),
+            flow("enforced", Mode::Enforce),
+            // A flow whose quota the snapshot lacks is no rule: unknown.
+            FlowRule {
+                quota: "gone".into(),
+                ..flow("orphan", Mode::Enforce)
+            },
+        ];
+        let snapshot = Snapshot::of(vec![quota], flows);
+        let route = |name| match Handling::of(Some(&snapshot), name) {
+            Handling::CatalogNotLoaded => "fail closed".to_string(),
+            Handling::Unknown => "unknown".to_string(),
+            Handling::Count(rule) => format!("count {}", rule.flow.name),
+            Handling::Observe(rule) => format!("observe {}", rule.flow.name),
+            Handling::Enforce(rule) => format!("enforce {} on {}", rule.flow.name, rule.quota.name),
+        };
+        assert_eq!(route("counted"), "count counted");
+        assert_eq!(route("observed"), "observe observed");
+        assert_eq!(route("enforced"), "enforce enforced on ppf");
+        assert_eq!(route("orphan"), "unknown");
+        assert_eq!(route("nobody"), "unknown");
+        for flow in ["enforced", "nobody"] {
+            assert!(
+                matches!(Handling::of(None, flow), Handling::CatalogNotLoaded),
+                "{flow}: before the first catalog load every flow fails closed"
+            );
+        }
     }
 }

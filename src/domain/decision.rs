@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use crate::domain::catalog::Mode;
 use crate::domain::ratelimit_fields::whole_seconds;
-use crate::domain::ClockReading;
+use crate::domain::{ClockReading, FlowName};
 
 /// Largest `count` one reservation may ask for: one business operation that
 /// makes several calls, not a bulk import.
@@ -18,7 +18,7 @@ pub use crate::domain::{Limit, Outcome};
 /// A validated request for `count` slots of a flow's quota.
 #[derive(Clone, Debug)]
 pub struct SlotRequest {
-    pub flow: String,
+    pub flow: FlowName,
     pub count: i64,
     pub deadline: Option<DateTime<Utc>>,
     pub reference: Option<String>,
@@ -31,7 +31,7 @@ impl SlotRequest {
         deadline: Option<DateTime<Utc>>,
         reference: Option<String>,
     ) -> Result<Self, String> {
-        crate::domain::catalog::validate_name(&flow).map_err(|why| format!("`flow` {why}"))?;
+        let flow = FlowName::parse(flow).map_err(|why| format!("`flow` {why}"))?;
         let count = count.unwrap_or(1);
         if !(1..=MAX_COUNT).contains(&count) {
             return Err(format!("`count` must be between 1 and {MAX_COUNT}"));
@@ -103,6 +103,80 @@ pub struct SlotsLeft {
     pub reset: u64,
 }
 
+/// What refused a reservation (or, in observe mode, would have), and when it
+/// could succeed: the deferral's answer. Which limit refuses is rationing's
+/// (`crate::domain::rationing`); when it lifts is [`Deferral::by`]; how an
+/// answer carries it is [`Decision::deferred`]. Those three are the whole of
+/// what a deferred caller is told (docs/design.md §9).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Deferral {
+    pub limit: Limit,
+    pub retry_at: DateTime<Utc>,
+}
+
+/// What a take read of when each limit lifts, by the database clock: the
+/// window's end, the token bucket as the take found it, the in-flight
+/// places' first expiry. The store reports these facts; the rule that turns
+/// them into a retry time is [`Deferral::by`].
+#[derive(Clone, Copy, Debug)]
+pub struct Outlook {
+    pub clock: ClockReading,
+    /// The bucket when the take began: its tokens and the rate (per second)
+    /// they refill at; `None` without a cadence.
+    pub bucket: Option<(f64, f64)>,
+    /// When the earliest live lease of the quota expires; `None`: none is live.
+    pub first_lease_expiry: Option<DateTime<Utc>>,
+}
+
+impl Outlook {
+    /// Only the window is known (a budget-only quota).
+    pub fn of_window(clock: ClockReading) -> Self {
+        Self {
+            clock,
+            bucket: None,
+            first_lease_expiry: None,
+        }
+    }
+
+    /// Whole tokens in the bucket when the take began; `None` without a cadence.
+    pub fn tokens(&self) -> Option<i64> {
+        self.bucket.map(|(tokens, _)| tokens.floor() as i64)
+    }
+
+    /// When the bucket will have refilled to `tokens`, counted from the
+    /// take's start (sub-second, by the database clock); now without a
+    /// cadence.
+    fn tokens_at(&self, tokens: i64) -> DateTime<Utc> {
+        let Some((before, rate)) = self.bucket else {
+            return self.clock.db_now;
+        };
+        let seconds = ((tokens as f64 - before) / rate).max(0.0);
+        self.clock.db_now + chrono::Duration::microseconds((seconds * 1e6).ceil() as i64)
+    }
+}
+
+impl Deferral {
+    /// The window (as `clock` read it) has too little left: more comes when
+    /// it ends.
+    pub fn budget(clock: &ClockReading) -> Self {
+        Deferral::by(Limit::Budget, &Outlook::of_window(*clock), 0)
+    }
+
+    /// When an ask refused by `limit` could succeed, `tokens` being the
+    /// tokens it needs counted from the take's start (its own and those kept
+    /// by grants before it): the budget at the window's end, the cadence once
+    /// the bucket holds them, the in-flight places when the first lease
+    /// expires (a report may free one sooner; none live: now).
+    pub fn by(limit: Limit, outlook: &Outlook, tokens: i64) -> Self {
+        let retry_at = match limit {
+            Limit::Budget => outlook.clock.window_end,
+            Limit::Cadence => outlook.tokens_at(tokens),
+            Limit::InFlight => outlook.first_lease_expiry.unwrap_or(outlook.clock.db_now),
+        };
+        Deferral { limit, retry_at }
+    }
+}
+
 /// Windows are one UTC hour (`window_start_of` in the schema).
 pub const QUOTA_WINDOW_SECONDS: u64 = 3600;
 
@@ -149,9 +223,16 @@ impl Decision {
 
     /// Deferred for want of room in the window `clock` read: until it ends.
     pub fn deferred_on_budget(self, clock: &ClockReading) -> Self {
-        let mut decision = self.deferred_until(clock.window_end, clock.db_now);
+        let mut decision = self.deferred(&Deferral::budget(clock), clock.db_now);
         decision.window_start = Some(clock.window_start);
-        decision.limit = Some(Limit::Budget);
+        decision
+    }
+
+    /// Deferred by `deferral`'s limit until its retry time, given the
+    /// database's `now`.
+    pub fn deferred(self, deferral: &Deferral, db_now: DateTime<Utc>) -> Self {
+        let mut decision = self.deferred_until(deferral.retry_at, db_now);
+        decision.limit = Some(deferral.limit);
         decision
     }
 
@@ -224,6 +305,56 @@ mod tests {
         let past = Decision::new(Outcome::Granted, "f");
         let past = past.deferred_until(now - Duration::seconds(5), now);
         assert_eq!(past.retry_after_seconds, Some(0), "a time past: at once");
+    }
+
+    /// A take that found 2.5 tokens refilling at 4 a second, and a first
+    /// lease 7 s from expiry.
+    fn outlook() -> Outlook {
+        let clock = clock();
+        Outlook {
+            clock,
+            bucket: Some((2.5, 4.0)),
+            first_lease_expiry: Some(clock.db_now + Duration::seconds(7)),
+        }
+    }
+
+    #[test]
+    fn each_limit_lifts_at_its_own_time() {
+        let outlook = outlook();
+        let now = outlook.clock.db_now;
+        let budget = Deferral::by(Limit::Budget, &outlook, 5);
+        assert_eq!(budget.retry_at, outlook.clock.window_end);
+        assert_eq!(budget, Deferral::budget(&outlook.clock));
+        // 5 tokens from 2.5 at 4/s: 0.625 s.
+        let cadence = Deferral::by(Limit::Cadence, &outlook, 5);
+        assert_eq!(cadence.retry_at, now + Duration::milliseconds(625));
+        assert_eq!(cadence.limit, Limit::Cadence);
+        let held = Deferral::by(Limit::Cadence, &outlook, 2);
+        assert_eq!(held.retry_at, now, "tokens already there: at once");
+        let places = Deferral::by(Limit::InFlight, &outlook, 1);
+        assert_eq!(places.retry_at, now + Duration::seconds(7));
+        let none_live = Outlook {
+            first_lease_expiry: None,
+            ..outlook
+        };
+        let free = Deferral::by(Limit::InFlight, &none_live, 1);
+        assert_eq!(free.retry_at, now, "no live lease: a place is free now");
+        let no_cadence = Outlook::of_window(outlook.clock);
+        assert_eq!(no_cadence.tokens(), None);
+        assert_eq!(outlook.tokens(), Some(2));
+        assert_eq!(Deferral::by(Limit::Cadence, &no_cadence, 3).retry_at, now);
+    }
+
+    #[test]
+    fn a_deferred_answer_names_its_limit_and_time() {
+        let outlook = outlook();
+        let now = outlook.clock.db_now;
+        let places = Deferral::by(Limit::InFlight, &outlook, 1);
+        let deferred = Decision::new(Outcome::Granted, "f").deferred(&places, now);
+        assert_eq!(deferred.outcome, Outcome::Deferred);
+        assert_eq!(deferred.limit, Some(Limit::InFlight));
+        assert_eq!(deferred.retry_at, Some(now + Duration::seconds(7)));
+        assert_eq!(deferred.retry_after_seconds, Some(7));
     }
 
     #[test]

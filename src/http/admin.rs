@@ -11,11 +11,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiPath};
 use super::AppState;
-use crate::domain::catalog::{validate_name, FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
-use crate::store::{FlowRow, QuotaRow, WhenMissing};
-
-/// Who the audit trail names for changes made with the admin token.
-pub(super) const ADMIN_ACTOR: &str = "api:admin";
+use crate::domain::catalog::{FlowBody, FlowPatch, Patch, QuotaLimits, QuotaPatch};
+use crate::domain::{FlowName, QuotaName};
+use crate::store::{FlowRow, QuotaRow};
 
 pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -35,15 +33,14 @@ pub(crate) struct FlowList {
     pub(crate) flows: Vec<FlowRow>,
 }
 
-pub(super) fn valid_name(name: &str, what: &str) -> Result<(), ApiError> {
-    validate_name(name).map_err(|why| ApiError::Invalid(format!("{what} {why}")))
+/// A quota's name from a path or a field (`what` names which, for the
+/// problem's detail), parsed: a bad one is a 422 before any store call.
+pub(super) fn quota_name(name: String, what: &str) -> Result<QuotaName, ApiError> {
+    QuotaName::parse(name).map_err(|why| ApiError::Invalid(format!("{what} {why}")))
 }
 
-/// Every replica reloads on the catalog trigger's NOTIFY; this one reloads at
-/// once so its own next answer already obeys the change.
-pub(super) async fn changed<T>(state: &AppState, answer: T) -> Result<T, ApiError> {
-    state.catalog.refresh(&state.store).await?;
-    Ok(answer)
+fn flow_name(name: String) -> Result<FlowName, ApiError> {
+    FlowName::parse(name).map_err(|why| ApiError::Invalid(format!("flow name {why}")))
 }
 
 /// One quota.
@@ -56,8 +53,8 @@ pub(crate) async fn get_quota(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<QuotaRow>, ApiError> {
-    valid_name(&name, "quota name")?;
-    let row = state.store.quota(&name).await?;
+    let name = quota_name(name, "quota name")?;
+    let row = state.administration.quota(&name).await?;
     row.map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no quota `{name}`")))
 }
@@ -74,12 +71,12 @@ pub(crate) async fn put_quota(
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<QuotaLimits>,
 ) -> Result<Json<QuotaRow>, ApiError> {
-    valid_name(&name, "quota name")?;
+    let name = quota_name(name, "quota name")?;
     let settings = body
-        .settings(state.default_ceiling)
+        .settings(state.administration.default_ceiling())
         .map_err(ApiError::Invalid)?;
-    let row = state.store.put_quota(ADMIN_ACTOR, &name, &settings).await?;
-    changed(&state, Json(row)).await
+    let row = state.administration.put_quota(&name, &settings).await?;
+    Ok(Json(row))
 }
 
 /// Change only the fields given (JSON merge patch): `null` turns a limit off.
@@ -96,18 +93,9 @@ pub(crate) async fn patch_quota(
     ApiPath(name): ApiPath<String>,
     ApiJson(patch): ApiJson<QuotaPatch>,
 ) -> Result<Json<QuotaRow>, ApiError> {
-    valid_name(&name, "quota name")?;
-    let row = state
-        .store
-        .patch_quota(
-            ADMIN_ACTOR,
-            &name,
-            patch,
-            WhenMissing::NotFound,
-            state.default_ceiling,
-        )
-        .await?;
-    changed(&state, Json(row)).await
+    let name = quota_name(name, "quota name")?;
+    let row = state.administration.patch_quota(&name, patch).await?;
+    Ok(Json(row))
 }
 
 /// Delete a quota and its windows; 409 while a flow still spends it.
@@ -121,9 +109,9 @@ pub(crate) async fn delete_quota(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    valid_name(&name, "quota name")?;
-    state.store.delete_quota(ADMIN_ACTOR, &name).await?;
-    changed(&state, StatusCode::NO_CONTENT).await
+    let name = quota_name(name, "quota name")?;
+    state.administration.delete_quota(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// List quotas.
@@ -134,7 +122,7 @@ pub(crate) async fn list_quotas(
     State(state): State<AppState>,
 ) -> Result<Json<QuotaList>, ApiError> {
     Ok(Json(QuotaList {
-        quotas: state.store.list_quotas().await?,
+        quotas: state.administration.list_quotas().await?,
     }))
 }
 
@@ -148,8 +136,8 @@ pub(crate) async fn get_flow(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<FlowRow>, ApiError> {
-    valid_name(&name, "flow name")?;
-    let row = state.store.flow(&name).await?;
+    let name = flow_name(name)?;
+    let row = state.administration.flow(&name).await?;
     row.map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no flow `{name}`")))
 }
@@ -167,14 +155,14 @@ pub(crate) async fn put_flow(
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<FlowBody>,
 ) -> Result<Json<FlowRow>, ApiError> {
-    valid_name(&name, "flow name")?;
-    let create_quota = body.create_quota.then_some(state.default_ceiling);
+    let name = flow_name(name)?;
+    let create_quota = body.create_quota;
     let settings = body.settings().map_err(ApiError::Invalid)?;
     let row = state
-        .store
-        .put_flow(ADMIN_ACTOR, &name, &settings, create_quota)
+        .administration
+        .put_flow(&name, &settings, create_quota)
         .await?;
-    changed(&state, Json(row)).await
+    Ok(Json(row))
 }
 
 /// Change only the fields given (JSON merge patch). A `mode` without
@@ -192,22 +180,16 @@ pub(crate) async fn patch_flow(
     ApiPath(name): ApiPath<String>,
     ApiJson(patch): ApiJson<FlowPatch>,
 ) -> Result<Json<FlowRow>, ApiError> {
-    valid_name(&name, "flow name")?;
+    let name = flow_name(name)?;
     if let Patch::Set(quota) = &patch.quota {
-        valid_name(quota, "`quota`")?;
+        quota_name(quota.clone(), "`quota`")?;
     }
-    let create_quota = patch.create_quota.then_some(state.default_ceiling);
+    let create_quota = patch.create_quota;
     let row = state
-        .store
-        .patch_flow(
-            ADMIN_ACTOR,
-            &name,
-            patch,
-            WhenMissing::NotFound,
-            create_quota,
-        )
+        .administration
+        .patch_flow(&name, patch, create_quota)
         .await?;
-    changed(&state, Json(row)).await
+    Ok(Json(row))
 }
 
 /// Delete a flow; 409 while work items of it are not done.
@@ -221,9 +203,9 @@ pub(crate) async fn delete_flow(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    valid_name(&name, "flow name")?;
-    state.store.delete_flow(ADMIN_ACTOR, &name).await?;
-    changed(&state, StatusCode::NO_CONTENT).await
+    let name = flow_name(name)?;
+    state.administration.delete_flow(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// List flows with their modes.
@@ -234,6 +216,6 @@ pub(crate) async fn list_flows(
     State(state): State<AppState>,
 ) -> Result<Json<FlowList>, ApiError> {
     Ok(Json(FlowList {
-        flows: state.store.list_flows().await?,
+        flows: state.administration.list_flows().await?,
     }))
 }

@@ -17,10 +17,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::AppState;
-use crate::arbiter::StoreError;
 use crate::domain::admission::{self, Caller, Outcome, RouteClass, Verdict};
 use crate::domain::ratelimit_fields;
 use crate::metrics::UNKNOWN_ROUTE_CLASS;
+use crate::store::StoreError;
 
 pub(crate) const PRINCIPAL_HEADER: &str = "x-quota-principal";
 pub(crate) const TENANT_HEADER: &str = "x-quota-tenant";
@@ -176,12 +176,14 @@ async fn admit(
     crate::domain::input::name(route_class)
         .map_err(|why| (None, ApiError::Invalid(format!("the route class {why}"))))?;
     // Before the first catalog load no class is known: fail closed.
-    let Some(snapshot) = state.catalog.snapshot() else {
-        state
-            .metrics
-            .record_admit(UNKNOWN_ROUTE_CLASS, Outcome::StoreUnavailable);
-        let unavailable = crate::arbiter::StoreUnavailable("catalog not loaded yet".into());
-        return Err((None, ApiError::StoreUnavailable(unavailable)));
+    let snapshot = match state.catalog.loaded() {
+        Ok(snapshot) => snapshot,
+        Err(not_loaded) => {
+            state
+                .metrics
+                .record_admit(UNKNOWN_ROUTE_CLASS, Outcome::StoreUnavailable);
+            return Err((None, not_loaded.into()));
+        }
     };
     let Some(class) = snapshot.route_class(route_class).cloned() else {
         return Err((
@@ -193,7 +195,7 @@ async fn admit(
         Ok(caller) => caller,
         Err(why) => return Err((Some(class), ApiError::Invalid(why))),
     };
-    match state.arbiter.admit(&class, &caller).await {
+    match state.admission.admit(&class, &caller).await {
         Ok(verdict) => {
             state.metrics.record_admit(&class.name, verdict.outcome);
             Ok((class, verdict))

@@ -69,12 +69,8 @@ impl Caller {
         if leases.is_empty() {
             return;
         }
-        let recorded = tokio::time::timeout(
-            state.store_timeout,
-            state.store.hold_leases(&leases, key_id),
-        )
-        .await;
-        if !matches!(recorded, Ok(Ok(()))) {
+        let recorded = state.reservations.hold_leases(&leases, key_id).await;
+        if recorded.is_err() {
             tracing::warn!(key_id, "the key that took a lease is not recorded; only an admin can free it before it expires");
         }
     }
@@ -91,7 +87,7 @@ impl Caller {
         };
         let holder = match caller.role {
             auth::Role::Admin => None,
-            _ => state.store.lease_holder(lease_id).await?,
+            _ => state.reservations.lease_holder(lease_id).await?,
         };
         if auth::may_release(caller, holder) {
             Ok(())

@@ -12,9 +12,9 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::reserve::{drawn_on, quota_fields, unanswered_fields, ReserveBody};
 use super::AppState;
-use crate::arbiter::MAX_BATCH_ITEMS;
 use crate::domain::catalog::MAX_NAME_LEN;
 use crate::domain::decision::{Decision, SlotRequest, MAX_COUNT, MAX_REF_LEN};
+use crate::reservations::MAX_BATCH_ITEMS;
 
 /// The body of the largest batch the route accepts, so that the documented
 /// maximum always fits (the rest of the API keeps the general limit): every
@@ -129,7 +129,11 @@ pub(crate) async fn reserve_batch(
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| (HeaderMap::new(), error))?;
-    let decisions = match state.arbiter.decide_batch(&state.bypass, &requests).await {
+    let decisions = match state
+        .reservations
+        .decide_batch(&state.bypass, &requests)
+        .await
+    {
         Ok(decisions) => decisions,
         Err(error) => {
             let flows = requests.iter().map(|r| r.flow.as_str());

@@ -12,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::store::{FlowRow, UsageRow, WindowRow};
+use crate::store::{FlowRow, StoreError, UsageRow, WindowRow};
 
 const REFRESH_SECONDS: u32 = 5;
 const BAR_WIDTH: f64 = 560.0;
@@ -40,22 +40,14 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
         (status = 503, description = "HTML page with an outage banner: the store cannot be reached",
          content_type = "text/html")))]
 pub(crate) async fn dashboard(State(state): State<AppState>) -> Response {
-    let read = async {
-        let usage = state.store.current_usage().await?;
-        let windows = state.store.recent_windows(None, 24).await?;
-        let flows = state.store.list_flows().await?;
-        Ok::<_, sqlx::Error>(render(&usage, &windows, &flows))
-    };
-    let why = match tokio::time::timeout(state.store_timeout, read).await {
-        Ok(Ok(page)) => return Html(page).into_response(),
-        Ok(Err(error)) if !crate::store::unreachable(&error) => {
-            return ApiError::from(error).into_response()
+    let why = match state.administration.dashboard().await {
+        Ok((usage, windows, flows)) => {
+            return Html(render(&usage, &windows, &flows)).into_response()
         }
-        Ok(Err(error)) => error.to_string(),
-        Err(_) => format!("no answer within {:?}", state.store_timeout),
+        Err(StoreError::Unavailable(why)) => why,
+        Err(failed) => return ApiError::from(failed).into_response(),
     };
     tracing::warn!(cause = %why, "dashboard: store unavailable");
-    state.metrics.store_error("request");
     let mut page = page_head();
     page.push_str(OUTAGE_BANNER);
     page.push_str("</body></html>");

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::arbiter::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 use crate::store::CatalogError;
+use crate::store::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 const PROBLEM_BASE: &str = "https://quota-arbiter.dev/problems/";

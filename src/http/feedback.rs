@@ -14,9 +14,8 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
-use crate::arbiter::StoreUnavailable;
-use crate::domain::catalog::validate_name;
-use crate::store::{LeaseHolder, LeaseRelease};
+use crate::domain::{FlowName, QuotaName};
+use crate::store::{LeaseRelease, LeaseScope};
 
 pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(report_upstream))
@@ -65,13 +64,18 @@ pub(crate) struct FeedbackBody {
 }
 
 impl FeedbackBody {
-    /// Either side of `flow`/`quota`, checked; and the rest in range.
-    fn validated(&self) -> Result<(), String> {
-        match (&self.flow, &self.quota) {
-            (Some(flow), None) => validate_name(flow).map_err(|why| format!("`flow` {why}"))?,
-            (None, Some(quota)) => validate_name(quota).map_err(|why| format!("`quota` {why}"))?,
+    /// Who reports, `flow` or `quota` (one of them), parsed; and the rest
+    /// checked in range.
+    fn validated(&self) -> Result<Reporter, String> {
+        let reporter = match (&self.flow, &self.quota) {
+            (Some(flow), None) => FlowName::parse(flow.as_str())
+                .map(Reporter::Flow)
+                .map_err(|why| format!("`flow` {why}"))?,
+            (None, Some(quota)) => QuotaName::parse(quota.as_str())
+                .map(Reporter::Quota)
+                .map_err(|why| format!("`quota` {why}"))?,
             _ => return Err("give `flow` or `quota` (one of them)".into()),
-        }
+        };
         if self.status.is_none() && self.lease_id.is_none() && self.degraded.is_none() {
             return Err("give `status`, `lease_id`, `degraded`, or several".into());
         }
@@ -98,7 +102,7 @@ impl FeedbackBody {
         if self.duration_ms.is_some_and(|d| d > MAX_DURATION_MS) {
             return Err(format!("`duration_ms` must be at most {MAX_DURATION_MS}"));
         }
-        Ok(())
+        Ok(reporter)
     }
 }
 
@@ -131,28 +135,32 @@ pub(crate) async fn report_upstream(
     caller: Caller,
     ApiJson(body): ApiJson<FeedbackBody>,
 ) -> Result<Json<FeedbackAnswer>, ApiError> {
-    body.validated().map_err(ApiError::Invalid)?;
-    let quota = reported_quota(&state, &body)?;
+    let reporter = body.validated().map_err(ApiError::Invalid)?;
+    let quota = reported_quota(&state, &reporter)?;
+    let flow = match &reporter {
+        Reporter::Flow(flow) => Some(flow.as_str()),
+        Reporter::Quota(_) => None,
+    };
     let mut answer = FeedbackAnswer::default();
     if let Some(lease_id) = body.lease_id {
         caller.may_release(&state, lease_id).await?;
         let held = body.duration_ms.map(|ms| ms as f64 / 1000.0);
-        let holder = LeaseHolder {
-            flow: body.flow.clone(),
-            quota: body.flow.is_none().then(|| quota.clone()),
+        let holder = LeaseScope {
+            flow: flow.map(String::from),
+            quota: flow.is_none().then(|| quota.clone()),
         };
         let released = match state
-            .store
-            .release_held_lease(lease_id, held, &holder)
+            .reservations
+            .release_lease(lease_id, held, &holder)
             .await?
         {
             LeaseRelease::Released(released) => Some(released),
             LeaseRelease::NotHeld => None,
             LeaseRelease::HeldByOther(_) => {
-                let reporter = body.flow.as_ref().map_or_else(
-                    || format!("quota `{quota}`"),
-                    |flow| format!("flow `{flow}`"),
-                );
+                let reporter = match &reporter {
+                    Reporter::Flow(flow) => format!("flow `{flow}`"),
+                    Reporter::Quota(quota) => format!("quota `{quota}`"),
+                };
                 return Err(ApiError::Conflict(format!(
                     "lease {lease_id} is not held by {reporter}; it stays held"
                 )));
@@ -163,16 +171,16 @@ pub(crate) async fn report_upstream(
         answer.avg_lease_seconds = released.map(|r| r.avg_seconds);
     }
     if let Some(slots) = body.degraded {
-        answer.counted_in = state.arbiter.count_local_decisions(
+        answer.counted_in = state.reservations.count_local_decisions(
             &quota,
-            body.flow.as_deref(),
+            flow,
             i64::from(slots),
             i64::from(body.bypassed.unwrap_or(0)),
         );
         answer.counted = Some(slots);
     }
     if let Some(status) = body.status {
-        if let Some(adapted) = state.store.adapt_cadence(&quota, status).await? {
+        if let Some(adapted) = state.reservations.adapt_cadence(&quota, status).await? {
             answer.factor = Some(adapted.factor);
             answer.effective_rate = Some(adapted.effective_rate);
             answer.effective_burst = Some(adapted.effective_burst);
@@ -183,20 +191,23 @@ pub(crate) async fn report_upstream(
 
 /// The quota a report is about: the one named, or the reporting flow's. A
 /// name the catalog does not know is a 404, never a silent no-op.
-fn reported_quota(state: &AppState, body: &FeedbackBody) -> Result<String, ApiError> {
-    let snapshot = state
-        .catalog
-        .snapshot()
-        .ok_or_else(|| StoreUnavailable("catalog not loaded yet".into()))?;
-    match (&body.flow, &body.quota) {
-        (Some(flow), _) => snapshot
+fn reported_quota(state: &AppState, reporter: &Reporter) -> Result<String, ApiError> {
+    let snapshot = state.catalog.loaded()?;
+    match reporter {
+        Reporter::Flow(flow) => snapshot
             .rule(flow)
             .map(|rule| rule.quota.name)
             .ok_or_else(|| ApiError::NotFound(format!("no flow `{flow}`"))),
-        (None, Some(quota)) if snapshot.has_quota(quota) => Ok(quota.clone()),
-        (None, Some(quota)) => Err(ApiError::NotFound(format!("no quota `{quota}`"))),
-        (None, None) => Err(ApiError::Invalid("give `flow` or `quota`".into())),
+        Reporter::Quota(quota) if snapshot.has_quota(quota) => Ok(quota.to_string()),
+        Reporter::Quota(quota) => Err(ApiError::NotFound(format!("no quota `{quota}`"))),
     }
+}
+
+/// Who a report is from: a flow (its quota's cadence, its own leases), or a
+/// quota as a whole.
+enum Reporter {
+    Flow(FlowName),
+    Quota(QuotaName),
 }
 
 #[cfg(test)]

@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::handler::Handler;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use tower::ServiceBuilder;
@@ -36,13 +36,15 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::arbiter::{Arbiter, StoreUnavailable};
+use crate::administration::Administration;
+use crate::admission::AdmissionDesk;
 use crate::auth::{Access, AuthMode, KeyRing, Role};
 use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::domain::Secret;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::reservations::Reservations;
+use crate::work_registry::WorkRegistry;
 use error::{ApiError, FailureCause};
 
 /// Request bodies are small JSON documents; anything bigger is refused
@@ -70,21 +72,19 @@ impl std::ops::Deref for AppState {
 }
 
 pub struct Services {
-    pub arbiter: Arbiter,
+    pub reservations: Reservations,
+    pub admission: AdmissionDesk,
+    pub work_registry: WorkRegistry,
+    pub administration: Administration,
     pub bypass: BypassDesk,
-    pub store: Store,
     pub catalog: Catalog,
     pub metrics: Metrics,
     pub admin_token: Option<Secret>,
     /// `keys`: who may call what is checked (design.md §4).
     pub auth: AuthMode,
     pub keys: KeyRing,
-    pub default_ceiling: i64,
-    pub store_timeout: Duration,
     /// How long a claimed work item is leased before it counts as pending again.
     pub lease_duration: Duration,
-    /// How long windows and tallies are kept, for the report to say; 0: forever.
-    pub history_retention: Duration,
     /// Admission: the trusted forwarding header an anonymous caller's address
     /// is read from (`X-Forwarded-For`, `X-Real-IP`); none: the peer's address.
     pub admit_client_ip_header: Option<axum::http::HeaderName>,
@@ -116,31 +116,23 @@ impl Modify for AdminToken {
 /// mode (design.md §9): each group declares its role once, and both the
 /// check (`auth::authorize`, on the group's routes) and the document's
 /// `x-required-role` of each operation come from that declaration, so a new
-/// route has the role of the group it is put in. With a state, the routes
-/// whose store calls have no time limit of their own are held to the store
-/// timeout.
+/// route has the role of the group it is put in. (Every store call a
+/// handler makes is a product's, within the store timeout: `crate::shell`.)
 fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    let bounded = |routes: OpenApiRouter<AppState>| match state {
-        Some(state) => routes.route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            within_store_timeout,
-        )),
-        None => routes,
-    };
     let open = OpenApiRouter::new().merge(ops::router());
     let operator = OpenApiRouter::new()
-        .merge(bounded(views::router()))
+        .merge(views::router())
         .merge(dashboard::router());
     let worker = OpenApiRouter::new()
         .merge(reserve::router())
         .merge(batch::router())
-        .merge(bounded(feedback::router()))
+        .merge(feedback::router())
         .merge(work::router())
         .merge(admit::router())
         .merge(stream::router());
     let admin = OpenApiRouter::new()
-        .merge(bounded(admin::router()))
-        .merge(bounded(route_classes::router()));
+        .merge(admin::router())
+        .merge(route_classes::router());
     let (routes, mut spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(group(Access::Open, open, state))
         .merge(group(Access::AtLeast(Role::Operator), operator, state))
@@ -171,24 +163,6 @@ fn group(
 /// The OpenAPI document, derived from the same routes the server mounts.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     documented_routes(None).1
-}
-
-/// A request whose store work has no time limit of its own answers 503
-/// `store-unavailable` when the store does not answer within the store
-/// timeout, as a decision does, rather than hanging or failing as a bug.
-async fn within_store_timeout(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    match tokio::time::timeout(state.store_timeout, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => {
-            state.metrics.store_error("request");
-            let late = format!("no answer within {:?}", state.store_timeout);
-            ApiError::StoreUnavailable(StoreUnavailable(late)).into_response()
-        }
-    }
 }
 
 pub fn app(state: AppState) -> Router {

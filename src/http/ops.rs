@@ -39,10 +39,7 @@ pub(crate) async fn healthz() -> Json<Health> {
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
-    let store = tokio::time::timeout(state.store_timeout, state.store.is_ready())
-        .await
-        .unwrap_or(false);
-    let catalog = state.catalog.is_loaded();
+    let (store, catalog) = state.administration.readiness().await;
     let ready = store && catalog;
     let status = if ready {
         StatusCode::OK

@@ -70,7 +70,7 @@ pub(crate) async fn reserve(
     // Deadline work goes first, down a path that holds no reservation store.
     let decision = match state.bypass.try_bypass(&request) {
         Some(decision) => decision,
-        None => match state.arbiter.decide(&request).await {
+        None => match state.reservations.decide(&request).await {
             Ok(decision) => decision,
             Err(error) => {
                 let flows = [request.flow.as_str()];

@@ -10,7 +10,6 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::admin::{changed, ADMIN_ACTOR};
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiJson, ApiPath};
 use super::AppState;
@@ -49,7 +48,7 @@ pub(crate) async fn get_route_class(
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<RouteClassRow>, ApiError> {
     valid_name(&name)?;
-    let row = state.store.route_class(&name).await?;
+    let row = state.administration.route_class(&name).await?;
     row.map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no route class `{name}`")))
 }
@@ -68,10 +67,10 @@ pub(crate) async fn put_route_class(
     valid_name(&name)?;
     let settings = body.validated().map_err(ApiError::Invalid)?;
     let row = state
-        .store
-        .put_route_class(ADMIN_ACTOR, &name, &settings)
+        .administration
+        .put_route_class(&name, &settings)
         .await?;
-    changed(&state, Json(row)).await
+    Ok(Json(row))
 }
 
 /// Change only the fields given (JSON merge patch); every setting is
@@ -89,11 +88,8 @@ pub(crate) async fn patch_route_class(
     ApiJson(patch): ApiJson<RouteClassPatch>,
 ) -> Result<Json<RouteClassRow>, ApiError> {
     valid_name(&name)?;
-    let row = state
-        .store
-        .patch_route_class(ADMIN_ACTOR, &name, patch)
-        .await?;
-    changed(&state, Json(row)).await
+    let row = state.administration.patch_route_class(&name, patch).await?;
+    Ok(Json(row))
 }
 
 /// Delete a route class and its admission counts.
@@ -107,8 +103,8 @@ pub(crate) async fn delete_route_class(
     ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     valid_name(&name)?;
-    state.store.delete_route_class(ADMIN_ACTOR, &name).await?;
-    changed(&state, StatusCode::NO_CONTENT).await
+    state.administration.delete_route_class(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// List route classes.
@@ -119,6 +115,6 @@ pub(crate) async fn list_route_classes(
     State(state): State<AppState>,
 ) -> Result<Json<RouteClassList>, ApiError> {
     Ok(Json(RouteClassList {
-        route_classes: state.store.list_route_classes().await?,
+        route_classes: state.administration.list_route_classes().await?,
     }))
 }

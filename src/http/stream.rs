@@ -17,8 +17,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::{ApiError, Problem};
 use super::AppState;
-use crate::domain::catalog::validate_name;
-use crate::store::{QuotaShare, Store};
+use crate::domain::FlowName;
+use crate::reservations::SharePresence;
+use crate::store::QuotaShare;
 
 /// How often a stream renews its presence and reads the shares: a change
 /// reaches connected clients within about this.
@@ -87,9 +88,7 @@ pub(crate) async fn stream(
     let flows = flows_of(query.as_deref().unwrap_or("")).map_err(ApiError::Invalid)?;
     let (events, received) = mpsc::channel(4);
     tokio::spawn(broadcast(
-        state.store.clone(),
-        state.store_timeout,
-        flows,
+        state.reservations.share_presence(flows),
         state.bypass.horizon_seconds(),
         events,
         state.stopping.clone(),
@@ -100,7 +99,7 @@ pub(crate) async fn stream(
         .into_response())
 }
 
-fn flows_of(query: &str) -> Result<Vec<String>, String> {
+fn flows_of(query: &str) -> Result<Vec<FlowName>, String> {
     let mut flows: Vec<String> = form_urlencoded::parse(query.as_bytes())
         .filter(|(key, _)| key == "flow")
         .map(|(_, flow)| flow.into_owned())
@@ -111,22 +110,19 @@ fn flows_of(query: &str) -> Result<Vec<String>, String> {
     }
     flows.sort();
     flows.dedup();
-    for flow in &flows {
-        validate_name(flow).map_err(|why| format!("flow `{flow}`: {why}"))?;
-    }
-    Ok(flows)
+    flows
+        .into_iter()
+        .map(|flow| FlowName::parse(flow.as_str()).map_err(|why| format!("flow `{flow}`: {why}")))
+        .collect()
 }
 
 /// One connected client: its heartbeat and its events, until it goes.
 async fn broadcast(
-    store: Store,
-    store_timeout: Duration,
-    flows: Vec<String>,
+    mut presence: SharePresence,
     bypass_horizon_seconds: f64,
     events: mpsc::Sender<Result<Event, Infallible>>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut id = None;
     let mut sent: Option<Vec<QuotaShare>> = None;
     let mut beat = tokio::time::interval(BEAT_EVERY);
     loop {
@@ -140,22 +136,13 @@ async fn broadcast(
             _ = stopping.changed() => break,
             _ = beat.tick() => {}
         }
-        let shares = tokio::time::timeout(store_timeout, async {
-            match id {
-                Some(id) => store.beat_stream(id, &flows).await?,
-                None => id = Some(store.join_stream(&flows).await?),
-            }
-            store.stream_shares(&flows).await
-        })
-        .await;
-        let shares = match shares {
-            Ok(Ok(shares)) => shares,
+        let shares = match presence.beat().await {
+            Ok(shares) => shares,
             // The last event stands; the next beat tries again.
-            Ok(Err(error)) => {
+            Err(error) => {
                 tracing::debug!(%error, "share stream: store unavailable");
                 continue;
             }
-            Err(_) => continue,
         };
         if sent.as_ref() == Some(&shares) {
             continue;
@@ -172,10 +159,7 @@ async fn broadcast(
         }
         sent = Some(event.quotas);
     }
-    if let Some(id) = id {
-        // Gone now, not after the 3 s a missing heartbeat takes.
-        let _ = tokio::time::timeout(store_timeout, store.leave_stream(id)).await;
-    }
+    presence.leave().await;
 }
 
 #[cfg(test)]

@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::admin::valid_name;
+use super::admin::quota_name;
 use super::error::{ApiError, Problem};
 use super::extract::{Admin, ApiQuery};
 use super::AppState;
-use crate::metrics::{self, WindowUsage};
+use crate::domain::QuotaName;
+use crate::metrics;
 use crate::report::{self, Report};
 use crate::store::WindowRow;
 
@@ -44,11 +45,14 @@ pub(crate) struct WindowQuery {
 }
 
 /// A quota named in a query must exist: a typo is a 404, not an empty answer.
-async fn known_quota(state: &AppState, quota: Option<&str>) -> Result<(), ApiError> {
-    let Some(quota) = quota else { return Ok(()) };
-    valid_name(quota, "`quota`")?;
-    match state.store.quota(quota).await? {
-        Some(_) => Ok(()),
+async fn known_quota(
+    state: &AppState,
+    quota: Option<String>,
+) -> Result<Option<QuotaName>, ApiError> {
+    let Some(quota) = quota else { return Ok(None) };
+    let quota = quota_name(quota, "`quota`")?;
+    match state.administration.quota(&quota).await? {
+        Some(_) => Ok(Some(quota)),
         None => Err(ApiError::NotFound(format!("no quota `{quota}`"))),
     }
 }
@@ -68,11 +72,11 @@ pub(crate) async fn list_windows(
             "`last` must be between 1 and {MAX_WINDOW_HOURS}"
         )));
     }
-    known_quota(&state, query.quota.as_deref()).await?;
+    let quota = known_quota(&state, query.quota).await?;
     Ok(Json(WindowList {
         windows: state
-            .store
-            .recent_windows(query.quota.as_deref(), hours)
+            .administration
+            .recent_windows(quota.as_ref(), hours)
             .await?,
     }))
 }
@@ -102,7 +106,7 @@ pub(crate) async fn observe_report(
     let since = query.since.as_deref().unwrap_or("7d");
     crate::domain::input::text(since).map_err(|why| ApiError::Invalid(format!("`since` {why}")))?;
     let since = report::parse_since(since).map_err(ApiError::Invalid)?;
-    known_quota(&state, query.quota.as_deref()).await?;
+    let quota = known_quota(&state, query.quota).await?;
     if query
         .ceiling
         .is_some_and(|c| !(0..=crate::domain::catalog::MAX_CEILING).contains(&c))
@@ -112,14 +116,10 @@ pub(crate) async fn observe_report(
             crate::domain::catalog::MAX_CEILING
         )));
     }
-    let report = report::observe_report(
-        &state.store,
-        query.quota.as_deref(),
-        since,
-        query.ceiling,
-        state.history_retention,
-    )
-    .await?;
+    let report = state
+        .administration
+        .observe_report(quota.as_ref(), since, query.ceiling)
+        .await?;
     Ok(Json(report))
 }
 
@@ -127,33 +127,7 @@ pub(crate) async fn observe_report(
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain")))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let snapshot = state.catalog.snapshot();
-    let flows: Vec<_> = snapshot
-        .as_ref()
-        .map(|s| s.flows().cloned().collect())
-        .unwrap_or_default();
-    if let Some(snapshot) = &snapshot {
-        let classes = snapshot.route_classes().map(|c| c.name.as_str());
-        state.metrics.register_route_classes(classes);
-    }
-    let usage = tokio::time::timeout(state.store_timeout, state.store.current_usage())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .map(|rows| {
-            rows.into_iter()
-                .map(|row| WindowUsage {
-                    quota: row.quota,
-                    count: row.count,
-                    hourly_ceiling: row.hourly_ceiling,
-                    effective_rate: row.effective_rate,
-                    effective_burst: row.effective_burst,
-                })
-                .collect::<Vec<_>>()
-        });
-    state
-        .metrics
-        .set_state(&flows, usage.as_deref(), state.store.pool());
+    state.administration.gauge_state().await;
     (
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
         state.metrics.encode(),

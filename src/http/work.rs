@@ -13,10 +13,11 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
 use super::AppState;
-use crate::arbiter::{Claim, ClaimRequest, MAX_CLAIM};
 use crate::domain::input;
+use crate::domain::FlowName;
 use crate::store::work::{Finish, RetryDelay};
 use crate::store::{NewWork, WorkItem};
+use crate::work_registry::{Claim, ClaimRequest, MAX_CLAIM};
 
 pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -134,7 +135,7 @@ pub(crate) async fn enqueue(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<EnqueueBody>,
 ) -> Result<(StatusCode, Json<WorkItem>), ApiError> {
-    input::name(&body.flow).map_err(invalid("`flow`"))?;
+    let flow = FlowName::parse(body.flow).map_err(invalid("`flow`"))?;
     if body.priority.is_some_and(|p| !(1..=9).contains(&p)) {
         return Err(ApiError::Invalid(
             "`priority` must be between 1 and 9".into(),
@@ -148,13 +149,13 @@ pub(crate) async fn enqueue(
     }
     input::payload(&body.payload).map_err(invalid("`payload`"))?;
     let work = NewWork {
-        flow: body.flow,
+        flow,
         reference: body.reference,
         deadline: body.deadline,
         priority: body.priority,
         payload: body.payload,
     };
-    let (item, created) = state.arbiter.enqueue(work).await?;
+    let (item, created) = state.work_registry.enqueue(work).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -175,9 +176,11 @@ pub(crate) async fn claim(
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<(HeaderMap, Json<Claim>), ApiError> {
     input::name(&body.worker).map_err(invalid("`worker`"))?;
-    for flow in body.flows.iter().flatten() {
-        input::name(flow).map_err(invalid("`flows` entry"))?;
-    }
+    let flows = body
+        .flows
+        .map(|flows| flows.into_iter().map(FlowName::parse).collect())
+        .transpose()
+        .map_err(invalid("`flows` entry"))?;
     let max = body.max.unwrap_or(1);
     if !(1..=MAX_CLAIM).contains(&max) {
         return Err(ApiError::Invalid(format!(
@@ -186,11 +189,11 @@ pub(crate) async fn claim(
     }
     let request = ClaimRequest {
         worker: body.worker,
-        flows: body.flows,
+        flows,
         max,
         lease: state.lease_duration,
     };
-    let claim = state.arbiter.claim(&state.bypass, &request).await?;
+    let claim = state.work_registry.claim(&state.bypass, &request).await?;
     let leases = claim.items.iter().filter_map(|c| c.decision.lease_id);
     caller.took(&state, leases).await;
     let mut headers = HeaderMap::new();
@@ -209,7 +212,7 @@ pub(crate) async fn get_item(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<WorkItem>, ApiError> {
     state
-        .arbiter
+        .work_registry
         .work_item(id)
         .await?
         .map(Json)
@@ -255,10 +258,10 @@ async fn finish(
     how: Finish,
 ) -> Result<Json<WorkItem>, ApiError> {
     input::name(worker).map_err(invalid("`worker`"))?;
-    if let Some(item) = state.arbiter.finish_work(id, worker, how).await? {
+    if let Some(item) = state.work_registry.finish_work(id, worker, how).await? {
         return Ok(Json(item));
     }
-    match state.arbiter.work_item(id).await? {
+    match state.work_registry.work_item(id).await? {
         None => Err(ApiError::NotFound("no such work item".into())),
         Some(item) if item.state == "done" => Err(ApiError::Conflict(format!(
             "work item {id} is already done"

@@ -5,10 +5,11 @@ use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
-use super::Store;
+use super::{Store, StoreError};
 use crate::domain::catalog::{
     Fallback, FlowPatch, FlowPatchError, FlowSettings, Mode, QuotaPatch, QuotaSettings,
 };
+use crate::domain::QuotaName;
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct QuotaRow {
@@ -90,7 +91,13 @@ pub enum CatalogError {
     #[error("{0}")]
     Conflict(String),
     #[error(transparent)]
-    Store(#[from] sqlx::Error),
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for CatalogError {
+    fn from(error: sqlx::Error) -> Self {
+        CatalogError::Store(error.into())
+    }
 }
 
 impl Store {
@@ -210,7 +217,7 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?
             .map(|row| FlowSettings {
-                quota: row.quota,
+                quota: QuotaName::of_row(row.quota),
                 // The table's CHECK admits only modes this build knows.
                 mode: row.mode.parse().unwrap_or(Mode::Observe),
                 priority: row.priority,
@@ -349,7 +356,7 @@ async fn write_flow(
     settings: &FlowSettings,
     create_quota: Option<i64>,
 ) -> Result<FlowRow, CatalogError> {
-    let quota = &settings.quota;
+    let quota = settings.quota.as_str();
     if let Some(ceiling) = create_quota {
         sqlx::query_file!("sql/ensure_quota.sql", quota, ceiling)
             .execute(&mut **tx)

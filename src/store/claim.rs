@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::leases::first_lease_expiry;
+use super::leases::places_outlook;
 use super::work::{
     first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, FirstLook, Lane,
     PlaceLease,
 };
-use super::{Deferral, Store, Take, WorkItem};
+use super::{Store, Take, WorkItem};
 use crate::domain::catalog::QuotaRule;
-use crate::domain::decision::{Limit, Outcome};
+use crate::domain::decision::{Deferral, Limit, Outcome};
 use crate::domain::rationing::share_up_to;
 
 /// How a leased item was decided.
@@ -220,11 +220,8 @@ impl Store {
                 free_places[index] = lock_free_places(&mut tx, name, want).await?;
                 want = free_places[index].len() as i64;
                 if want == 0 {
-                    let (_, expiry) = first_lease_expiry(&mut *tx, name).await?;
-                    places_full = Some(Deferral {
-                        limit: Limit::InFlight,
-                        retry_at: expiry,
-                    });
+                    let outlook = places_outlook(&mut *tx, name).await?;
+                    places_full = Some(Deferral::by(Limit::InFlight, &outlook, 1));
                 }
             }
             let found = lock_candidates(&mut tx, &lane(enforced.flows), want).await?;

@@ -1,32 +1,11 @@
 //! In-flight places and what follows a grant: the lease a grant holds on a
-//! place, what deferred a reservation (a [`Deferral`]: its limit and when it
-//! could succeed), a lease freed, and the adaptive cadence fed by upstream
-//! statuses. Taking slots, tokens and places together is `paced.rs`.
+//! place, when a full set of places frees one, a lease freed, and the
+//! adaptive cadence fed by upstream statuses. Taking slots, tokens and places together is `paced.rs`.
 
 use chrono::{DateTime, Utc};
 
 use super::Store;
-use crate::domain::decision::Limit;
-use crate::domain::ClockReading;
-
-/// What refused the reservation (or, in observe mode, would have), and when
-/// it could succeed.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Deferral {
-    pub limit: Limit,
-    pub retry_at: DateTime<Utc>,
-}
-
-impl Deferral {
-    /// The window (as `clock` read it) has too little left: more comes when
-    /// it ends.
-    pub fn budget(clock: &ClockReading) -> Self {
-        Deferral {
-            limit: Limit::Budget,
-            retry_at: clock.window_end,
-        }
-    }
-}
+use crate::domain::decision::Outlook;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Lease {
@@ -44,7 +23,7 @@ impl Store {
         lease_id: i64,
         held_seconds: Option<f64>,
     ) -> Result<Option<ReleasedLease>, sqlx::Error> {
-        let any_holder = LeaseHolder::default();
+        let any_holder = LeaseScope::default();
         Ok(
             match self
                 .release_held_lease(lease_id, held_seconds, &any_holder)
@@ -62,7 +41,7 @@ impl Store {
         &self,
         lease_id: i64,
         held_seconds: Option<f64>,
-        holder: &LeaseHolder,
+        holder: &LeaseScope,
     ) -> Result<LeaseRelease, sqlx::Error> {
         let row = sqlx::query_file!(
             "sql/release_lease.sql",
@@ -79,7 +58,7 @@ impl Store {
                 held_seconds: row.held_seconds.unwrap_or_default(),
                 avg_seconds: row.avg_seconds.unwrap_or_default(),
             }),
-            (None, Some(flow), Some(quota)) => LeaseRelease::HeldByOther(LeaseHolder {
+            (None, Some(flow), Some(quota)) => LeaseRelease::HeldByOther(LeaseScope {
                 flow: Some(flow),
                 quota: Some(quota),
             }),
@@ -106,9 +85,10 @@ impl Store {
     }
 }
 
-/// Who a lease belongs to; a field left `None` matches any.
+/// The flow and quota a lease was granted to, as a release says them (not
+/// the lease holder, the key that took it); a field left `None` matches any.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct LeaseHolder {
+pub struct LeaseScope {
     pub flow: Option<String>,
     pub quota: Option<String>,
 }
@@ -119,7 +99,7 @@ pub enum LeaseRelease {
     /// Unknown, or expired and taken again: nothing to free.
     NotHeld,
     /// Held by another flow or quota than the caller said: left alone.
-    HeldByOther(LeaseHolder),
+    HeldByOther(LeaseScope),
 }
 
 #[derive(Clone, Debug)]
@@ -136,15 +116,18 @@ pub struct AdaptedCadence {
     pub effective_burst: f64,
 }
 
-/// When the first lease of `quota` expires: the earliest a full set of in-flight places can
-/// have room again (a report may free one sooner).
-pub(super) async fn first_lease_expiry<'e>(
+/// What `quota`'s in-flight places say of when one frees: the first live
+/// lease's expiry (a report may free one sooner), by the database clock.
+pub(super) async fn places_outlook<'e>(
     db: impl sqlx::PgExecutor<'e>,
     quota: &str,
-) -> Result<(ClockReading, DateTime<Utc>), sqlx::Error> {
-    let row = sqlx::query_file!("sql/place_retry_at.sql", quota)
+) -> Result<Outlook, sqlx::Error> {
+    let row = sqlx::query_file!("sql/first_lease_expiry.sql", quota)
         .fetch_one(db)
         .await?;
-    let clock = clock_reading!(row);
-    Ok((clock, row.retry_at.unwrap_or(row.db_now)))
+    Ok(Outlook {
+        clock: clock_reading!(row),
+        bucket: None,
+        first_lease_expiry: row.first_lease_expiry,
+    })
 }

@@ -33,9 +33,9 @@ pub use bootstrap::{
     seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS, MIGRATOR, OBJECTS_REVISION, VIEWS,
 };
 pub use keys::{ActiveKey, KeyRow};
-pub use leases::{AdaptedCadence, Deferral, Lease, LeaseHolder, LeaseRelease, ReleasedLease};
+pub use leases::{AdaptedCadence, Lease, LeaseRelease, LeaseScope, ReleasedLease};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
-pub use reach::unreachable;
+pub use reach::{unreachable, StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 pub use slots::{QuotaAsk, QuotaTake, Take};
 pub use stream::QuotaShare;
 pub use work::{NewWork, WorkItem};
@@ -45,6 +45,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
+use crate::domain::decision::Deferral;
 use crate::domain::ClockReading;
 
 /// The reservation store: the only code that can spend a slot conditionally.

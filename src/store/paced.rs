@@ -5,9 +5,9 @@
 //! (`sql/give_back_paced.sql`). A grant gets its slots, its tokens and its
 //! place, or none of them.
 
-use super::{Deferral, Lease, Store, Take};
+use super::{Lease, Store, Take};
 use crate::domain::catalog::QuotaRule;
-use crate::domain::decision::Limit;
+use crate::domain::decision::{Deferral, Limit, Outlook};
 use crate::domain::ClockReading;
 use chrono::{DateTime, Utc};
 
@@ -56,30 +56,19 @@ pub struct PacedTake {
 }
 
 impl PacedTake {
+    /// What the take read of when each limit lifts: the answer of a
+    /// refusal is `Deferral::by` on it.
+    pub fn outlook(&self) -> Outlook {
+        Outlook {
+            clock: self.clock,
+            bucket: self.bucket,
+            first_lease_expiry: self.first_lease_expiry,
+        }
+    }
+
     /// Whole tokens in the bucket when the take began; `None` without a cadence.
     pub fn tokens(&self) -> Option<i64> {
-        self.bucket.map(|(tokens, _)| tokens.floor() as i64)
-    }
-
-    /// What a refusal by `limit` of an ask of `slots` says, `spent` tokens of
-    /// this take being kept by others: when it could succeed.
-    pub fn refusal(&self, limit: Limit, slots: i64, spent: i64) -> Deferral {
-        let retry_at = match limit {
-            Limit::Budget => return Deferral::budget(&self.clock),
-            Limit::Cadence => self.tokens_at(spent + slots),
-            Limit::InFlight => self.first_lease_expiry.unwrap_or(self.clock.db_now),
-        };
-        Deferral { limit, retry_at }
-    }
-
-    /// When the bucket will have refilled to `tokens` counted from the take's
-    /// start (sub-second, by the database clock).
-    fn tokens_at(&self, tokens: i64) -> DateTime<Utc> {
-        let Some((before, rate)) = self.bucket else {
-            return self.clock.db_now;
-        };
-        let seconds = ((tokens as f64 - before) / rate).max(0.0);
-        self.clock.db_now + chrono::Duration::microseconds((seconds * 1e6).ceil() as i64)
+        self.outlook().tokens()
     }
 }
 
@@ -271,7 +260,8 @@ impl Store {
             clock: take.clock,
             taken: take.taken,
             count_after: take.count_after,
-            stopped_by: (take.taken < k).then(|| take.refusal(take.slots_bound_by, 1, take.taken)),
+            stopped_by: (take.taken < k)
+                .then(|| Deferral::by(take.slots_bound_by, &take.outlook(), take.taken + 1)),
         })
     }
 }

@@ -1,6 +1,41 @@
 //! Telling a store out of reach from a statement that failed: the first is
 //! an outage (`store-unavailable`, 503: try again), the second a bug or a
-//! state the code does not expect (an opaque 500).
+//! state the code does not expect (an opaque 500). Every store error says
+//! which it is ([`StoreError`]).
+
+use std::time::Duration;
+
+/// The store could not decide in time; for an enforced flow that is a 503.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("quota store unavailable: {0}")]
+pub struct StoreUnavailable(pub String);
+
+/// How long a caller should wait before asking again when the store was out
+/// of reach: the 503's `Retry-After`, a batch item's `retry_after_seconds`.
+pub const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_secs(2);
+
+/// Why a store call on a decision path gave no answer.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Out of reach, or no answer within the time budget: nothing was
+    /// granted, try again.
+    #[error(transparent)]
+    Unavailable(#[from] StoreUnavailable),
+    /// The store answered with an error: not an outage, a bug or a state the
+    /// code does not expect.
+    #[error("store statement failed: {0}")]
+    Failed(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        if unreachable(&error) {
+            StoreError::Unavailable(StoreUnavailable(error.to_string()))
+        } else {
+            StoreError::Failed(error.to_string())
+        }
+    }
+}
 
 /// Errors that say the store could not be reached or is going away, as
 /// opposed to a statement that failed.

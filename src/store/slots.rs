@@ -2,7 +2,8 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{Deferral, Store};
+use super::Store;
+use crate::domain::decision::Deferral;
 use crate::domain::ClockReading;
 
 /// What the take-up-to-k upsert answered.

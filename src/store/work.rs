@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::Store;
 use crate::domain::rationing::Rank;
+use crate::domain::FlowName;
 
 /// A work item as a reader sees it: a claim whose `lease_until` has passed
 /// reads `pending`, as the next claim treats it.
@@ -68,7 +69,7 @@ macro_rules! work_item {
 /// What to enqueue.
 #[derive(Clone, Debug)]
 pub struct NewWork {
-    pub flow: String,
+    pub flow: FlowName,
     pub reference: Option<String>,
     pub deadline: Option<DateTime<Utc>>,
     pub priority: Option<i16>,

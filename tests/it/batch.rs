@@ -1,10 +1,10 @@
 //! POST /v1/reserve/batch: rationing order, one take per quota, bypass first.
 
 use chrono::Duration;
-use quota_arbiter::arbiter::MAX_BATCH_ITEMS;
 use quota_arbiter::domain::catalog::MAX_NAME_LEN;
 use quota_arbiter::domain::decision::{Outcome, MAX_COUNT, MAX_REF_LEN};
 use quota_arbiter::http::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+use quota_arbiter::reservations::MAX_BATCH_ITEMS;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 

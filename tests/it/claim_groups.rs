@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use quota_arbiter::arbiter::{Claim, ClaimOutcome};
 use quota_arbiter::store::claim::{ClaimGroup, Claimant};
 use quota_arbiter::store::Store;
+use quota_arbiter::work_registry::{Claim, ClaimOutcome};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 

@@ -155,3 +155,57 @@ fn the_reader_finds_crate_paths_and_cycles() {
         Some(vec!["b".into(), "c".into(), "b".into()])
     );
 }
+
+/// Whether `code` names the type `Store` itself (not `StoreError` and the
+/// like), or reaches a `.store` field.
+fn names_the_store(code: &str) -> bool {
+    let word = |c: char| c == '_' || c.is_alphanumeric();
+    let store_type = code.match_indices("Store").any(|(at, w)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + w.len()..].chars().next();
+        // `CatalogError::Store(…)`: a variant that wraps a store error.
+        let a_variant = code[..at].ends_with("Error::");
+        !before.is_some_and(word) && !after.is_some_and(word) && !a_variant
+    });
+    let store_field = code.match_indices(".store").any(|(at, w)| {
+        let after = code[at + w.len()..].chars().next();
+        !after.is_some_and(word)
+    });
+    store_type || store_field
+}
+
+/// HTTP calls the products, which own their store calls through the one
+/// shell (time budget, metrics, outage mapping): no handler reaches the
+/// store itself.
+#[test]
+fn http_reaches_the_store_only_through_the_products() {
+    let http = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/http");
+    let mut files = Vec::new();
+    collect(&http, &mut files);
+    assert!(files.len() > 5, "{files:?}");
+    let naming: Vec<_> = files
+        .iter()
+        .filter(|file| names_the_store(&code_of(&std::fs::read_to_string(file).unwrap())))
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "HTTP modules naming the store: {naming:?}"
+    );
+}
+
+#[test]
+fn the_reader_finds_the_store_named() {
+    assert!(names_the_store("use crate::store::Store;"));
+    assert!(names_the_store("fn f(s: &Store) {}"));
+    assert!(names_the_store("state.store.reserve()"));
+    assert!(!names_the_store(
+        "use crate::store::{StoreError, WindowRow};"
+    ));
+    assert!(!names_the_store(
+        "state.reservations.decide(); let x = MyStore;"
+    ));
+    assert!(!names_the_store("state.store_errors.inc()"));
+    assert!(!names_the_store(
+        "CatalogError::Store(error) => error.into()"
+    ));
+}

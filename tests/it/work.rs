@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, Utc};
-use quota_arbiter::arbiter::{Claim, ClaimOutcome};
 use quota_arbiter::domain::decision::{Limit, Outcome};
 use quota_arbiter::store::WorkItem;
+use quota_arbiter::work_registry::{Claim, ClaimOutcome};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 

@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{validate_limits, validate_name, Mode};
-use crate::domain::Patch;
+use super::{validate_limits, Mode};
+use crate::domain::{Patch, QuotaName};
 
 /// Priority of a flow that names none.
 pub const DEFAULT_PRIORITY: i16 = 2;
@@ -193,7 +193,7 @@ impl std::str::FromStr for Fallback {
 /// A flow's settings as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowSettings {
-    pub quota: String,
+    pub quota: QuotaName,
     pub mode: Mode,
     pub priority: i16,
     /// `None`: the whole over-ceiling share is deferred (100 %).
@@ -205,7 +205,6 @@ impl FlowSettings {
     /// The checks every flow passes, whichever surface wrote it. A percent
     /// only means something in enforce mode, and 100 is stored as "all".
     pub fn validated(mut self) -> Result<Self, String> {
-        validate_name(&self.quota).map_err(|why| format!("`quota` {why}"))?;
         if !(1..=9).contains(&self.priority) {
             return Err("`priority` must be between 1 and 9".into());
         }
@@ -256,7 +255,7 @@ pub struct FlowBody {
 impl FlowBody {
     pub fn settings(self) -> Result<FlowSettings, String> {
         FlowSettings {
-            quota: self.quota,
+            quota: quota_named(self.quota)?,
             mode: self.mode.unwrap_or(Mode::Observe),
             priority: self.priority.unwrap_or(DEFAULT_PRIORITY),
             enforce_percent: self.enforce_percent,
@@ -264,6 +263,11 @@ impl FlowBody {
         }
         .validated()
     }
+}
+
+/// The quota a flow's body names, parsed.
+fn quota_named(quota: String) -> Result<QuotaName, String> {
+    QuotaName::parse(quota).map_err(|why| format!("`quota` {why}"))
 }
 
 /// `PATCH /v1/flows/{name}` and `quota-arbiter flow NAME …`: only the fields
@@ -309,7 +313,7 @@ impl FlowPatch {
         let current = match (current, &self.quota) {
             (Some(current), _) => current,
             (None, Patch::Set(quota)) => FlowSettings {
-                quota: quota.clone(),
+                quota: quota_named(quota.clone()).map_err(FlowPatchError::Invalid)?,
                 mode: Mode::Observe,
                 priority: DEFAULT_PRIORITY,
                 enforce_percent: None,
@@ -328,7 +332,8 @@ impl FlowPatch {
                     "`quota` cannot be removed: a flow spends a quota".into(),
                 ))
             }
-            other => other.or_default(current.quota, String::new()),
+            Patch::Set(quota) => quota_named(quota).map_err(FlowPatchError::Invalid)?,
+            Patch::Keep => current.quota,
         };
         FlowSettings {
             quota,
@@ -348,7 +353,7 @@ mod tests {
 
     fn flow(mode: Mode, percent: Option<i16>) -> FlowSettings {
         FlowSettings {
-            quota: "ppf".into(),
+            quota: QuotaName::parse("ppf").unwrap(),
             mode,
             priority: 1,
             enforce_percent: percent,

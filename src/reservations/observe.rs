@@ -5,17 +5,18 @@
 //! would-defers join the tallies late; only a statement that fails (or is
 //! given up) is counted after the fact.
 
-use super::shell::{Operation, StoreError};
-use super::Arbiter;
+use super::Reservations;
 use crate::domain::catalog::Rule;
 use crate::domain::decision::{Decision, SlotRequest};
+use crate::shell::Operation;
 use crate::store::Reservation;
+use crate::store::StoreError;
 
-impl Arbiter {
+impl Reservations {
     /// Attempts and counts the slots, always grants; flags what enforcement
     /// would have deferred. Spent together with every other observation in
     /// flight (the coalescer's group statement, design.md §9).
-    pub(super) async fn observe(
+    pub(crate) async fn observe(
         &self,
         mut decision: Decision,
         rule: &Rule,

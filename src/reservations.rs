@@ -1,44 +1,37 @@
-//! The decision path for work that is not deadline-bound: catalog lookup, then
-//! (for observe and enforce) the store's conditional upsert.
+//! Reservations (design.md §9): a flow's decision — catalog lookup, then
+//! (for observe and enforce) the store's conditional upsert, coalesced with
+//! concurrent ones of the same quota — and a batch's; the in-flight places a
+//! grant holds and their release; the feedback that adapts a quota's cadence;
+//! slots a worker client spent on its own. Every store call goes through the
+//! shell (`crate::shell`).
 
-mod admit;
 mod batch;
-mod claim;
-mod claim_groups;
-mod claim_takes;
 mod coalesce;
-mod gather;
+mod leases;
 mod observe;
-mod shell;
-mod work;
+mod shares;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::catalog::Catalog;
 use crate::clock::DbClock;
-use crate::domain::catalog::{Mode, Rule, Snapshot};
-use crate::domain::decision::{Decision, Outcome, SlotRequest};
+use crate::domain::catalog::{Handling, Rule};
+use crate::domain::decision::{Decision, Deferral, Outcome, SlotRequest};
 use crate::metrics::Metrics;
-use crate::store::{Deferral, Store, Take};
+use crate::shell::{Operation, Shell};
+use crate::store::{Store, StoreError, Take};
 use crate::tally::Ledger;
 
 use coalesce::Coalescer;
-use shell::{Operation, Shell};
 
 pub use batch::MAX_BATCH_ITEMS;
-pub use claim::{Claim, ClaimOutcome, ClaimRequest, ClaimedItem, MAX_CLAIM};
-/// The claim's transaction leases to the claims of a group by this rule.
-pub use shell::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
+pub use shares::SharePresence;
 
 #[derive(Clone)]
-pub struct Arbiter {
+pub struct Reservations {
     store: Store,
     catalog: Catalog,
     ledger: Ledger,
@@ -48,41 +41,26 @@ pub struct Arbiter {
     /// Spreads rollout decisions of requests without a `ref`.
     unkeyed: Arc<AtomicU64>,
     coalescer: Coalescer,
-    admissions: admit::Admissions,
-    claim_takes: claim_takes::ClaimTakes,
-    claim_groups: claim_groups::ClaimGroups,
-    busy_lanes: claim::BusyLanes,
-    enqueues: work::Enqueues,
 }
 
-impl Arbiter {
-    pub fn new(
+impl Reservations {
+    pub(crate) fn new(
         store: Store,
         catalog: Catalog,
         ledger: Ledger,
         clock: DbClock,
         metrics: Metrics,
-        store_timeout: Duration,
+        shell: Shell,
     ) -> Self {
         Self {
             coalescer: Coalescer::new(store.clone()),
-            shell: Shell::new(
-                metrics.clone(),
-                clock.clone(),
-                ledger.clone(),
-                store_timeout,
-            ),
             store,
             catalog,
             ledger,
             clock,
             metrics,
+            shell,
             unkeyed: Arc::default(),
-            admissions: Default::default(),
-            claim_takes: Default::default(),
-            claim_groups: Default::default(),
-            busy_lanes: Default::default(),
-            enqueues: Default::default(),
         }
     }
 
@@ -92,7 +70,7 @@ impl Arbiter {
     #[tracing::instrument(level = "debug", skip(self, request), fields(flow = %request.flow, count = request.count))]
     pub async fn decide(&self, request: &SlotRequest) -> Result<Decision, StoreError> {
         let decision = match Handling::of(self.catalog.snapshot().as_deref(), &request.flow) {
-            Handling::CatalogNotLoaded => return Err(catalog_not_loaded()),
+            Handling::CatalogNotLoaded => return Err(crate::catalog::not_loaded()),
             Handling::Unknown => {
                 return Ok(self.settle(
                     Decision::new(Outcome::Unthrottled, &request.flow),
@@ -109,14 +87,19 @@ impl Arbiter {
         Ok(self.settle(decision, request.deadline.is_some(), true))
     }
 
-    fn count_after_the_fact(&self, mut decision: Decision, rule: &Rule, count: i64) -> Decision {
+    pub(crate) fn count_after_the_fact(
+        &self,
+        mut decision: Decision,
+        rule: &Rule,
+        count: i64,
+    ) -> Decision {
         decision.outcome = Outcome::Unthrottled;
         decision.window_start = self.spend_after_the_fact(&rule.quota.name, count);
         decision
     }
 
     /// Slots spent without a reservation (count mode; a worker client's
-    /// local decisions, [`Arbiter::count_local_decisions`]), added to the
+    /// local decisions, [`Reservations::count_local_decisions`]), added to the
     /// window the database clock is in now: the one the answer names, not
     /// the one the flush lands in; unknown (no recent reading): the flush's.
     /// Returns that window.
@@ -170,9 +153,7 @@ impl Arbiter {
                 if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) =>
             {
                 let refusal = refusal.unwrap_or_else(|| Deferral::budget(&clock));
-                let mut decision = decision.deferred_until(refusal.retry_at, clock.db_now);
-                decision.limit = Some(refusal.limit);
-                decision
+                decision.deferred(&refusal, clock.db_now)
             }
             // Gradual rollout: the rest of the refusals are granted as observed.
             (None, _) => {
@@ -209,7 +190,7 @@ impl Arbiter {
 
     /// How a take of `quota` (a batch's, a claim's) that no caller heard of
     /// is settled: what it took goes back once it answers.
-    fn giving_back(
+    pub(crate) fn giving_back(
         &self,
         quota: &str,
     ) -> impl FnOnce(Result<Take, StoreError>) -> GiveBack + Send + 'static {
@@ -217,14 +198,19 @@ impl Arbiter {
         move |unused| Box::pin(give_back_unheard(store, quota, unused))
     }
 
-    fn settle(&self, decision: Decision, had_deadline: bool, known_flow: bool) -> Decision {
+    pub(crate) fn settle(
+        &self,
+        decision: Decision,
+        had_deadline: bool,
+        known_flow: bool,
+    ) -> Decision {
         self.metrics.record_decision(&decision, known_flow);
         self.ledger.tally(&decision, had_deadline);
         decision
     }
 }
 
-/// A give-back in flight (`Arbiter::giving_back`).
+/// A give-back in flight (`Reservations::giving_back`).
 type GiveBack = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Gives back a take of `quota` that no caller heard of.
@@ -237,60 +223,12 @@ async fn give_back_unheard(store: Store, quota: String, unused: Result<Take, Sto
 
 /// A granted decision naming the flow's quota, its mode and the ceiling its
 /// priority may reach (the answer's policy): what every path decides from.
-fn with_rule(rule: &Rule) -> Decision {
+pub(crate) fn with_rule(rule: &Rule) -> Decision {
     let mut decision = Decision::new(Outcome::Granted, &rule.flow.name)
         .with_ceiling(rule.quota.ceiling_for(rule.flow.priority));
     decision.quota = Some(rule.quota.name.clone());
     decision.mode = Some(rule.flow.mode);
     decision
-}
-
-/// How a decision about a flow is handled, by the replica's catalog: the one
-/// rule every decision path (a reservation, a batch's items, a claim's
-/// flows) dispatches on. Work due within the bypass horizon is let through
-/// before any of this (`BypassDesk`).
-pub(crate) enum Handling {
-    /// Before the first catalog load nobody can tell an enforced flow from an
-    /// unknown one: fail closed rather than wave everything through.
-    CatalogNotLoaded,
-    /// A flow the catalog does not know is never throttled.
-    Unknown,
-    /// `count`: spent after the fact, never throttled.
-    Count(Rule),
-    /// `observe`: spent and granted, told whether enforcing would defer.
-    Observe(Rule),
-    /// `enforce`: rationed; what does not fit is deferred.
-    Enforce(Rule),
-}
-
-impl Handling {
-    /// The flow's rule, when the catalog has one.
-    pub(crate) fn rule(&self) -> Option<&Rule> {
-        match self {
-            Handling::Count(rule) | Handling::Observe(rule) | Handling::Enforce(rule) => Some(rule),
-            Handling::CatalogNotLoaded | Handling::Unknown => None,
-        }
-    }
-
-    pub(crate) fn of(snapshot: Option<&Snapshot>, flow: &str) -> Handling {
-        let Some(snapshot) = snapshot else {
-            return Handling::CatalogNotLoaded;
-        };
-        match snapshot.rule(flow) {
-            None => Handling::Unknown,
-            Some(rule) => match rule.flow.mode {
-                Mode::Count => Handling::Count(rule),
-                Mode::Observe => Handling::Observe(rule),
-                Mode::Enforce => Handling::Enforce(rule),
-            },
-        }
-    }
-}
-
-/// Before the first catalog load nobody can tell an enforced flow from an
-/// unknown one: the decision paths fail closed.
-fn catalog_not_loaded() -> StoreError {
-    StoreUnavailable("catalog not loaded yet".into()).into()
 }
 
 /// Whether a refused decision of a flow enforced at `percent` is deferred.
@@ -313,94 +251,12 @@ fn rollout_defers(percent: i16, request: &SlotRequest, unkeyed: &AtomicU64) -> b
     bucket < u64::try_from(percent).unwrap_or(0)
 }
 
-/// Runs `futures` together and answers their outputs in order. Each is first
-/// polled in order, so decisions that queue for a group statement on their
-/// first poll queue in that order.
-pub(super) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut running: Vec<Option<Pin<Box<F>>>> =
-        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
-    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in running.iter_mut().zip(outputs.iter_mut()) {
-            let Some(polled) = future.as_mut() else {
-                continue;
-            };
-            match polled.as_mut().poll(cx) {
-                Poll::Ready(value) => {
-                    *output = Some(value);
-                    *future = None;
-                }
-                Poll::Pending => pending = true,
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs
-        .into_iter()
-        .map(|o| o.expect("every future ran to its end"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn refused(reference: Option<&str>) -> SlotRequest {
         SlotRequest::new("f".into(), None, None, reference.map(String::from)).unwrap()
-    }
-
-    #[test]
-    fn a_decision_routes_by_the_catalog_and_the_flows_mode() {
-        let quota = crate::domain::catalog::QuotaRule {
-            name: "ppf".into(),
-            hourly_ceiling: 10,
-            cadence: None,
-            max_in_flight: None,
-            priority2_share: None,
-            priority3_share: None,
-        };
-        let flow = |name: &str, mode| crate::domain::catalog::FlowRule {
-            name: name.into(),
-            quota: "ppf".into(),
-            mode,
-            priority: 2,
-            enforce_percent: 100,
-        };
-        let flows = vec![
-            flow("counted", Mode::Count),
-            flow("observed", Mode::Observe),
-            flow("enforced", Mode::Enforce),
-            // A flow whose quota the snapshot lacks is no rule: unknown.
-            crate::domain::catalog::FlowRule {
-                quota: "gone".into(),
-                ..flow("orphan", Mode::Enforce)
-            },
-        ];
-        let snapshot = Snapshot::of(vec![quota], flows);
-        let route = |name| match Handling::of(Some(&snapshot), name) {
-            Handling::CatalogNotLoaded => "fail closed".to_string(),
-            Handling::Unknown => "unknown".to_string(),
-            Handling::Count(rule) => format!("count {}", rule.flow.name),
-            Handling::Observe(rule) => format!("observe {}", rule.flow.name),
-            Handling::Enforce(rule) => format!("enforce {} on {}", rule.flow.name, rule.quota.name),
-        };
-        assert_eq!(route("counted"), "count counted");
-        assert_eq!(route("observed"), "observe observed");
-        assert_eq!(route("enforced"), "enforce enforced on ppf");
-        assert_eq!(route("orphan"), "unknown");
-        assert_eq!(route("nobody"), "unknown");
-        for flow in ["enforced", "nobody"] {
-            assert!(
-                matches!(Handling::of(None, flow), Handling::CatalogNotLoaded),
-                "{flow}: before the first catalog load every flow fails closed"
-            );
-        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::shell::StoreError;
+use crate::store::StoreError;
 
 /// Where a group's leader sends one waiter its answer.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;

@@ -24,13 +24,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::shell::{Operation, Shell, StoreError};
-use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Handling};
+use super::WorkRegistry;
 use crate::bypass::BypassDesk;
+use crate::domain::catalog::Handling;
 use crate::domain::catalog::{Mode, QuotaRule, Rule, Snapshot};
-use crate::domain::decision::{Decision, Limit, Outcome, SlotRequest};
+use crate::domain::decision::{Decision, Deferral, Limit, Outcome, SlotRequest};
+use crate::domain::FlowName;
+use crate::reservations::with_rule;
+use crate::shell::all_at_once;
+use crate::shell::{Operation, Shell};
 use crate::store::claim::{ClaimGroup, ClaimLane, ClaimLeases, Claimant, EnforcedLane};
-use crate::store::{Deferral, Store, Take, WorkItem};
+use crate::store::StoreError;
+use crate::store::{Store, Take, WorkItem};
 
 /// Most items one claim may lease.
 pub const MAX_CLAIM: i64 = 100;
@@ -39,9 +44,17 @@ pub const MAX_CLAIM: i64 = 100;
 pub struct ClaimRequest {
     pub worker: String,
     /// Only these flows; `None`: every flow.
-    pub flows: Option<Vec<String>>,
+    pub flows: Option<Vec<FlowName>>,
     pub max: i64,
     pub lease: Duration,
+}
+
+impl ClaimRequest {
+    /// The flows as the store's statements take them (text).
+    pub(super) fn flow_names(&self) -> Option<Vec<String>> {
+        let flows = self.flows.as_ref()?;
+        Some(flows.iter().map(FlowName::to_string).collect())
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -77,7 +90,7 @@ pub struct Claim {
 }
 
 /// The flows of the catalog the worker asked for, by how they spend a quota.
-pub(super) struct Lanes {
+pub(crate) struct Lanes {
     enforced: BTreeMap<String, (QuotaRule, Vec<String>)>,
     observed: BTreeMap<String, (QuotaRule, Vec<String>)>,
     /// Per enforced quota, the ceiling a take may reach: the strictest
@@ -178,7 +191,7 @@ async fn give_back(store: Store, unused: Vec<(String, Take, i64)>) {
 /// Only a hint: a take for a lane with nothing to claim gives its slots back
 /// before anyone is answered.
 #[derive(Clone, Default)]
-pub(super) struct BusyLanes(Arc<Mutex<HashSet<String>>>);
+pub(crate) struct BusyLanes(Arc<Mutex<HashSet<String>>>);
 
 impl BusyLanes {
     fn known<'a>(&self, lanes: &'a Lanes) -> BTreeSet<&'a str> {
@@ -199,14 +212,14 @@ impl BusyLanes {
 
 /// What a group of claims leased, with the takes its enforced items were
 /// granted from.
-pub(super) struct Leased {
+pub(crate) struct Leased {
     pub leases: ClaimLeases,
     pub takes: Vec<Take>,
     /// Of the lanes whose take stopped short, the limit that lifts first.
     pub lifts_first: Option<Deferral>,
 }
 
-impl Arbiter {
+impl WorkRegistry {
     // Debug level, as `decide`: a span per claim is paid for (an entry in the
     // span registry, its fields formatted as JSON) whether or not anything is
     // logged in it.
@@ -218,7 +231,7 @@ impl Arbiter {
     ) -> Result<Claim, StoreError> {
         // Without the catalog nobody can tell an enforced flow from an
         // unknown one: fail closed.
-        let snapshot = self.catalog.snapshot().ok_or_else(catalog_not_loaded)?;
+        let snapshot = self.catalog.loaded()?;
         let horizon = bypass.horizon_seconds();
         let share = self.claim_together(snapshot, request, horizon).await?;
         if share.items.is_empty() {
@@ -241,7 +254,7 @@ impl Arbiter {
                         decision.lease_id = Some(place.lease_id);
                         decision.valid_until = Some(place.valid_until);
                     }
-                    self.settle(decision, had_deadline, true)
+                    self.reservations.settle(decision, had_deadline, true)
                 }
                 (ClaimLane::Observed, Some(rule)) => {
                     observed.push((items.len(), rule.clone()));
@@ -250,10 +263,12 @@ impl Arbiter {
                 // A count-mode flow (or one the catalog has since moved):
                 // spent without a reservation, counted after the fact.
                 (ClaimLane::Unthrottled, Some(rule)) => {
-                    let decision = self.count_after_the_fact(with_rule(rule), rule, 1);
-                    self.settle(decision, had_deadline, true)
+                    let decision = self
+                        .reservations
+                        .count_after_the_fact(with_rule(rule), rule, 1);
+                    self.reservations.settle(decision, had_deadline, true)
                 }
-                _ => self.settle(
+                _ => self.reservations.settle(
                     Decision::new(Outcome::Unthrottled, &item.flow),
                     had_deadline,
                     false,
@@ -374,13 +389,15 @@ impl Arbiter {
             .iter()
             .map(|(i, _)| one_slot_of(&items[*i].item))
             .collect();
-        let decided =
-            all_at_once(observed.iter().zip(&requests).map(|((i, rule), request)| {
-                self.observe(items[*i].decision.clone(), rule, request)
-            }))
-            .await;
+        let decided = all_at_once(observed.iter().zip(&requests).map(|((i, rule), request)| {
+            self.reservations
+                .observe(items[*i].decision.clone(), rule, request)
+        }))
+        .await;
         for (((i, _), request), decision) in observed.iter().zip(&requests).zip(decided) {
-            items[*i].decision = self.settle(decision, request.deadline.is_some(), true);
+            items[*i].decision =
+                self.reservations
+                    .settle(decision, request.deadline.is_some(), true);
         }
     }
 
@@ -393,9 +410,8 @@ impl Arbiter {
         horizon_seconds: f64,
         lifts_first: Option<Deferral>,
     ) -> Result<Claim, StoreError> {
-        let backlog = self
-            .store
-            .backlog(request.flows.as_deref(), horizon_seconds);
+        let flows = request.flow_names();
+        let backlog = self.store.backlog(flows.as_deref(), horizon_seconds);
         let backlog = self.shell.run(Operation::WorkBacklog, backlog).await?;
         if backlog.pending == 0 {
             return Ok(Claim {
@@ -434,7 +450,7 @@ impl Arbiter {
 /// What claiming `item` asks of its quota: one slot of its flow.
 fn one_slot_of(item: &WorkItem) -> SlotRequest {
     SlotRequest {
-        flow: item.flow.clone(),
+        flow: FlowName::of_row(item.flow.clone()),
         count: 1,
         deadline: item.deadline,
         reference: item.reference.clone(),

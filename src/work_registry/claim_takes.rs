@@ -13,14 +13,15 @@
 //! a share the leader could not hand to anyone: an over-count in between,
 //! never an under-count.
 
-use super::gather::{fail_all, Gather, Reply};
-use super::shell::{Operation, Shell, StoreError};
-use super::Arbiter;
+use super::WorkRegistry;
 use crate::domain::catalog::QuotaRule;
 use crate::domain::rationing::share_up_to;
+use crate::shell::gather::{fail_all, Gather, Reply};
+use crate::shell::{Operation, Shell};
+use crate::store::StoreError;
 use crate::store::Take;
 
-pub(super) struct TakeWaiter {
+pub(crate) struct TakeWaiter {
     want: i64,
     reply: Reply<Take>,
 }
@@ -28,9 +29,9 @@ pub(super) struct TakeWaiter {
 /// Queues by quota and the ceiling its takes may reach (claims of workers
 /// with different flows may have different headroom ceilings); a group is
 /// taken by the quota's rule as its latest arrival saw it.
-pub(super) type ClaimTakes = Gather<(String, i64), QuotaRule, TakeWaiter>;
+pub(crate) type ClaimTakes = Gather<(String, i64), QuotaRule, TakeWaiter>;
 
-impl Arbiter {
+impl WorkRegistry {
     /// Up to `want` slots of `quota`, never past `ceiling`, for one claim,
     /// taken together with the concurrent claims of the quota.
     pub(super) async fn take_for_claim(
@@ -47,7 +48,7 @@ impl Arbiter {
         // The claim's own wait: its budget, and its share given back if it
         // stops waiting (not a statement: the leader's is measured and its
         // failure counted once).
-        let settle = self.giving_back(&quota.name);
+        let settle = self.reservations.giving_back(&quota.name);
         shell
             .wait_detached(Operation::ClaimWork, share, settle)
             .await
@@ -64,7 +65,7 @@ impl Arbiter {
             let taken = async move { store.take_for_claim(&rule, wanted, ceiling).await };
             // One statement, one latency and at most one store error for the
             // group; an answer that comes after the time limit goes back.
-            let settle = self.giving_back(name);
+            let settle = self.reservations.giving_back(name);
             let take = match self
                 .shell
                 .run_detached(Operation::TakeSlots, taken, settle)

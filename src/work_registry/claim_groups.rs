@@ -17,29 +17,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::{ClaimRequest, Lanes};
-use super::gather::{fail_all, Gather, Reply};
-use super::shell::{Operation, StoreError};
-use super::Arbiter;
+use super::WorkRegistry;
 use crate::domain::catalog::Snapshot;
+use crate::domain::decision::Deferral;
+use crate::shell::gather::{fail_all, Gather, Reply};
+use crate::shell::Operation;
 use crate::store::claim::{ClaimGroup, ClaimLane, Claimant};
 use crate::store::work::{Finish, PlaceLease, RetryDelay};
-use crate::store::{Deferral, Take, WorkItem};
+use crate::store::StoreError;
+use crate::store::{Take, WorkItem};
 
 /// Claims of one group: the same flows (sorted; `None`: all) and the same
 /// bypass horizon (its bits).
 type GroupKey = (Option<Vec<String>>, u64);
 
-pub(super) struct ClaimWaiter {
+pub(crate) struct ClaimWaiter {
     claimant: Claimant,
     reply: Reply<ClaimShare>,
 }
 
 /// Queues by group; a group is leased by the catalog as its latest arrival
 /// saw it.
-pub(super) type ClaimGroups = Gather<GroupKey, Arc<Snapshot>, ClaimWaiter>;
+pub(crate) type ClaimGroups = Gather<GroupKey, Arc<Snapshot>, ClaimWaiter>;
 
 /// What one claim of a group leased.
-pub(super) struct ClaimShare {
+pub(crate) struct ClaimShare {
     /// The catalog the group was leased by: the claim decides by it too.
     pub(crate) snapshot: Arc<Snapshot>,
     /// Its items, most urgent first, with how each was decided.
@@ -53,7 +55,7 @@ pub(super) struct ClaimShare {
     pub(crate) lifts_first: Option<Deferral>,
 }
 
-impl Arbiter {
+impl WorkRegistry {
     /// Leases what `request` may have, together with the concurrent claims
     /// of the same flows.
     pub(super) async fn claim_together(
@@ -62,7 +64,7 @@ impl Arbiter {
         request: &ClaimRequest,
         horizon_seconds: f64,
     ) -> Result<ClaimShare, StoreError> {
-        let mut flows = request.flows.clone();
+        let mut flows = request.flow_names();
         if let Some(flows) = &mut flows {
             flows.sort_unstable();
             flows.dedup();

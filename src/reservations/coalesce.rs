@@ -21,15 +21,15 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::gather::{fail_all, Gather, Reply};
-use super::shell::{StoreError, StoreUnavailable};
 use crate::domain::catalog::{QuotaRule, Rule};
-use crate::domain::decision::Limit;
+use crate::domain::decision::{Deferral, Limit};
 use crate::domain::rationing::{self, Ask, Rank, Taken};
+use crate::shell::gather::{fail_all, Gather, Reply};
 use crate::store::{
-    Deferral, LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake,
-    Reservation, Store,
+    LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake, Reservation,
+    Store,
 };
+use crate::store::{StoreError, StoreUnavailable};
 
 struct Waiter {
     ask: Ask,
@@ -305,7 +305,11 @@ impl Coalescer {
                 Some(limit) => Ok(Reservation {
                     clock: take.clock,
                     count_after: None,
-                    refusal: Some(take.refusal(limit, waiter.ask.slots, spent)),
+                    refusal: Some(Deferral::by(
+                        limit,
+                        &take.outlook(),
+                        spent + waiter.ask.slots,
+                    )),
                     lease: None,
                 }),
                 // Its place is still leased to another flow of the group:
@@ -353,7 +357,8 @@ impl Coalescer {
                 // An observed decision shows only the limit, never when it
                 // lifts: each refusal says when its own tokens would be
                 // there alone.
-                let refusal = limit.map(|limit| take.refusal(limit, waiter.ask.slots, 0));
+                let refusal =
+                    limit.map(|limit| Deferral::by(limit, &take.outlook(), waiter.ask.slots));
                 let _ = waiter.reply.send(Ok(Reservation {
                     clock: take.clock,
                     // Spent in arrival order, once the store counted them.

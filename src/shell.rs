@@ -15,7 +15,11 @@
 //! only for calls whose transaction then rolls back, whose callee undoes what
 //! nobody waits for (the coalescer), or whose late effect is harmless.
 
+pub(crate) mod gather;
+
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -24,40 +28,8 @@ use tokio::time::Instant;
 use crate::clock::DbClock;
 use crate::domain::ClockReading;
 use crate::metrics::Metrics;
-use crate::store::{Reservation, Take};
+use crate::store::{CatalogError, Reservation, StoreError, StoreUnavailable, Take};
 use crate::tally::Ledger;
-
-/// The store could not decide in time; for an enforced flow that is a 503.
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("quota store unavailable: {0}")]
-pub struct StoreUnavailable(pub String);
-
-/// How long a caller should wait before asking again when the store was out
-/// of reach: the 503's `Retry-After`, a batch item's `retry_after_seconds`.
-pub const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_secs(2);
-
-/// Why a store call on a decision path gave no answer.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Out of reach, or no answer within the time budget: nothing was
-    /// granted, try again.
-    #[error(transparent)]
-    Unavailable(#[from] StoreUnavailable),
-    /// The store answered with an error: not an outage, a bug or a state the
-    /// code does not expect.
-    #[error("store statement failed: {0}")]
-    Failed(String),
-}
-
-impl From<sqlx::Error> for StoreError {
-    fn from(error: sqlx::Error) -> Self {
-        if crate::store::unreachable(&error) {
-            StoreError::Unavailable(StoreUnavailable(error.to_string()))
-        } else {
-            StoreError::Failed(error.to_string())
-        }
-    }
-}
 
 /// How long a detached call may run before it is given up: its settling then
 /// hears that the store gave no answer (what it spent stays counted: an
@@ -67,7 +39,7 @@ const LATE_LIMIT: Duration = Duration::from_secs(60);
 /// A store operation of the decision paths, by its label in
 /// `quota_arbiter_store_errors_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Operation {
+pub(crate) enum Operation {
     Reserve,
     Admit,
     ReadClock,
@@ -78,10 +50,17 @@ pub(super) enum Operation {
     GetWork,
     FinishWork,
     ReleaseLease,
+    HoldLease,
+    AdaptCadence,
+    ShareStream,
+    ReadCatalog,
+    ChangeCatalog,
+    ReadHistory,
+    Readiness,
 }
 
 impl Operation {
-    pub(super) fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Operation::Reserve => "reserve",
             Operation::Admit => "admit",
@@ -93,6 +72,13 @@ impl Operation {
             Operation::GetWork => "get_work",
             Operation::FinishWork => "finish_work",
             Operation::ReleaseLease => "release_lease",
+            Operation::HoldLease => "hold_lease",
+            Operation::AdaptCadence => "adapt_cadence",
+            Operation::ShareStream => "share_stream",
+            Operation::ReadCatalog => "read_catalog",
+            Operation::ChangeCatalog => "change_catalog",
+            Operation::ReadHistory => "read_history",
+            Operation::Readiness => "readiness",
         }
     }
 
@@ -103,8 +89,32 @@ impl Operation {
     }
 }
 
+/// What a store call fails with: a store error, or (for some calls) an
+/// answer of the call's own that the shell passes on as it is.
+pub(crate) trait CallError: From<StoreError> {
+    /// The store error in it, if it is one.
+    fn store_error(&self) -> Option<&StoreError>;
+}
+
+impl CallError for StoreError {
+    fn store_error(&self) -> Option<&StoreError> {
+        Some(self)
+    }
+}
+
+impl CallError for CatalogError {
+    fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            CatalogError::Store(error) => Some(error),
+            CatalogError::Invalid(_) | CatalogError::NotFound(_) | CatalogError::Conflict(_) => {
+                None
+            }
+        }
+    }
+}
+
 /// What a store call answers: the database clock reading it carries, if any.
-pub(super) trait Answer {
+pub(crate) trait Answer {
     fn clock(&self) -> Option<ClockReading>;
 }
 
@@ -139,6 +149,23 @@ macro_rules! no_clock {
 
 no_clock!(
     (),
+    bool,
+    Option<i64>,
+    crate::store::QuotaRow,
+    Option<crate::store::QuotaRow>,
+    Vec<crate::store::QuotaRow>,
+    crate::store::FlowRow,
+    Option<crate::store::FlowRow>,
+    Vec<crate::store::FlowRow>,
+    crate::store::RouteClassRow,
+    Option<crate::store::RouteClassRow>,
+    Vec<crate::store::RouteClassRow>,
+    Vec<crate::store::WindowRow>,
+    Vec<crate::store::UsageRow>,
+    Vec<crate::store::QuotaShare>,
+    crate::store::LeaseRelease,
+    Option<crate::store::AdaptedCadence>,
+    crate::report::Report,
     crate::domain::admission::Admission,
     Vec<crate::domain::admission::Admission>,
     crate::store::work::Backlog,
@@ -153,7 +180,7 @@ no_clock!(
 
 /// Runs the decision paths' store calls.
 #[derive(Clone)]
-pub(super) struct Shell {
+pub(crate) struct Shell {
     metrics: Metrics,
     clock: DbClock,
     /// Detached calls are its settlements: a graceful shutdown waits for
@@ -165,7 +192,7 @@ pub(super) struct Shell {
 }
 
 impl Shell {
-    pub(super) fn new(metrics: Metrics, clock: DbClock, ledger: Ledger, budget: Duration) -> Self {
+    pub(crate) fn new(metrics: Metrics, clock: DbClock, ledger: Ledger, budget: Duration) -> Self {
         Self {
             metrics,
             clock,
@@ -177,7 +204,7 @@ impl Shell {
 
     /// A shell whose calls together get one time budget, from now (a claim's
     /// look, takes and lease); each call of `self` gets a budget of its own.
-    pub(super) fn one_budget(&self) -> Self {
+    pub(crate) fn one_budget(&self) -> Self {
         Self {
             deadline: Some(Instant::now() + self.budget),
             ..self.clone()
@@ -185,7 +212,7 @@ impl Shell {
     }
 
     /// Runs `call` in place, within the time budget.
-    pub(super) async fn run<T, E>(
+    pub(crate) async fn run<T, E>(
         &self,
         operation: Operation,
         call: impl Future<Output = Result<T, E>>,
@@ -193,6 +220,22 @@ impl Shell {
     where
         T: Answer,
         E: Into<StoreError>,
+    {
+        self.run_as(operation, async { call.await.map_err(Into::into) })
+            .await
+    }
+
+    /// Runs `call` in place, within the time budget, keeping its own error
+    /// type: a store failure in it is counted as [`Shell::run`] counts one;
+    /// an answer of its own (a catalog change refused) passes uncounted.
+    pub(crate) async fn run_as<T, E>(
+        &self,
+        operation: Operation,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E>
+    where
+        T: Answer,
+        E: CallError,
     {
         let started = Instant::now();
         let failure = match tokio::time::timeout_at(self.ends(started), call).await {
@@ -208,8 +251,9 @@ impl Shell {
                 }
                 return Ok(answer);
             }
-            Ok(Err(error)) => error.into(),
-            Err(_) => self.ran_out(),
+            Ok(Err(error)) if error.store_error().is_none() => return Err(error),
+            Ok(Err(error)) => error,
+            Err(_) => E::from(self.ran_out()),
         };
         self.metrics.store_error(operation.label());
         Err(failure)
@@ -218,7 +262,7 @@ impl Shell {
     /// Waits, within the time budget, for an answer another task's call
     /// gives (a group's leader): a failure there was counted by that call,
     /// so only this wait running out is counted here.
-    pub(super) async fn wait<T>(
+    pub(crate) async fn wait<T>(
         &self,
         operation: Operation,
         answer: impl Future<Output = Result<T, StoreError>>,
@@ -246,7 +290,7 @@ impl Shell {
     /// Runs `call` detached, within the time budget. `settle` gets every
     /// failure (before the caller hears it) and an answer that came after
     /// the caller stopped waiting: whatever no caller uses.
-    pub(super) async fn run_detached<T, E, S>(
+    pub(crate) async fn run_detached<T, E, S>(
         &self,
         operation: Operation,
         call: impl Future<Output = Result<T, E>> + Send + 'static,
@@ -264,7 +308,7 @@ impl Shell {
     /// Waits, as [`Shell::wait`], for an answer another task's call gives,
     /// detached as [`Shell::run_detached`]: an answer that comes after this
     /// wait ran out goes to `settle` (a claim's share of its group's take).
-    pub(super) async fn wait_detached<T, S>(
+    pub(crate) async fn wait_detached<T, S>(
         &self,
         operation: Operation,
         answer: impl Future<Output = Result<T, StoreError>> + Send + 'static,
@@ -320,6 +364,40 @@ where
     }
 }
 
+/// Runs `futures` together and answers their outputs in order. Each is first
+/// polled in order, so decisions that queue for a group statement on their
+/// first poll queue in that order.
+pub(crate) async fn all_at_once<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut running: Vec<Option<Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in running.iter_mut().zip(outputs.iter_mut()) {
+            let Some(polled) = future.as_mut() else {
+                continue;
+            };
+            match polled.as_mut().poll(cx) {
+                Poll::Ready(value) => {
+                    *output = Some(value);
+                    *future = None;
+                }
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future ran to its end"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -329,7 +407,7 @@ mod tests {
     use super::*;
     use crate::metrics::STORE_OPERATIONS;
 
-    const ALL: [Operation; 10] = [
+    const ALL: [Operation; 17] = [
         Operation::Reserve,
         Operation::Admit,
         Operation::ReadClock,
@@ -340,6 +418,13 @@ mod tests {
         Operation::GetWork,
         Operation::FinishWork,
         Operation::ReleaseLease,
+        Operation::HoldLease,
+        Operation::AdaptCadence,
+        Operation::ShareStream,
+        Operation::ReadCatalog,
+        Operation::ChangeCatalog,
+        Operation::ReadHistory,
+        Operation::Readiness,
     ];
 
     fn shell_with(budget: Duration) -> (Shell, Metrics, DbClock) {

@@ -1,4 +1,4 @@
-//! Admission (design.md §11). Every admission of one route class contends for
+//! Admission (design.md §11): the product that admits a gateway's callers. Every admission of one route class contends for
 //! its window's row, so admissions are gathered (`gather.rs`): while one
 //! statement for a class runs, the admissions that arrive queue; the next
 //! statement decides them all, in arrival order, each all or nothing
@@ -10,12 +10,12 @@
 //! admitted, a token and a slot were spent on an admission nobody was told
 //! of: fewer admissions, never more.
 
-use super::gather::{fail_all, Gather, Reply};
-use super::shell::{Operation, StoreError};
-use super::Arbiter;
 use crate::domain::admission::{self, Admission, Caller, RouteClass, Verdict};
+use crate::shell::gather::{fail_all, Gather, Reply};
+use crate::shell::{Operation, Shell};
+use crate::store::{Store, StoreError};
 
-pub(super) struct Waiter {
+struct Waiter {
     /// The caller's bucket key and tenant group.
     key: Vec<u8>,
     tenant: String,
@@ -24,9 +24,25 @@ pub(super) struct Waiter {
 
 /// Queues by route class; a group is decided by the class's settings as its
 /// latest arrival saw them.
-pub(super) type Admissions = Gather<String, RouteClass, Waiter>;
+type Queues = Gather<String, RouteClass, Waiter>;
 
-impl Arbiter {
+/// Admits callers to route classes, each class's admissions gathered.
+#[derive(Clone)]
+pub struct AdmissionDesk {
+    store: Store,
+    shell: Shell,
+    queues: Queues,
+}
+
+impl AdmissionDesk {
+    pub(crate) fn new(store: Store, shell: Shell) -> Self {
+        Self {
+            store,
+            shell,
+            queues: Queues::default(),
+        }
+    }
+
     // Debug level, as `decide`: a span per admission is paid for whether or
     // not anything is logged in it.
     #[tracing::instrument(level = "debug", skip_all, fields(route_class = %class.name))]
@@ -42,7 +58,7 @@ impl Arbiter {
         };
         let lead = |name| self.clone().lead_admissions(name);
         let (admission, decided_by) = self
-            .admissions
+            .queues
             .ask(class.name.clone(), class.clone(), waiter, lead)
             .await?;
         // The settings the statement used, which the verdict must explain.
@@ -52,7 +68,7 @@ impl Arbiter {
     /// Decides the class's queue, group after group, until nobody waits.
     #[tracing::instrument(skip(self), fields(route_class = %name))]
     async fn lead_admissions(self, name: String) {
-        while let Some((class, group)) = self.admissions.next_group(&name) {
+        while let Some((class, group)) = self.queues.next_group(&name) {
             let n = group.len();
             let (mut keys, mut tenants, mut replies) = (
                 Vec::with_capacity(n),

@@ -1,21 +1,22 @@
 //! The registry's plain operations, within the decision's time budget: the
 //! registry lives in the store, so a store out of reach is a 503 here.
 
-use super::gather::{fail_all, Gather, Reply};
-use super::shell::{Operation, StoreError};
-use super::Arbiter;
+use super::WorkRegistry;
+use crate::shell::gather::{fail_all, Gather, Reply};
+use crate::shell::Operation;
 use crate::store::work::Finish;
+use crate::store::StoreError;
 use crate::store::{NewWork, WorkItem};
 
-pub(super) struct EnqueueWaiter {
+pub(crate) struct EnqueueWaiter {
     work: NewWork,
     reply: Reply<(WorkItem, bool)>,
 }
 
 /// One queue: items of any flow go into one insert.
-pub(super) type Enqueues = Gather<(), (), EnqueueWaiter>;
+pub(crate) type Enqueues = Gather<(), (), EnqueueWaiter>;
 
-impl Arbiter {
+impl WorkRegistry {
     /// `(item, created)`; a ref seen before returns the existing item.
     /// Concurrent enqueues share one statement (`gather.rs`): while one
     /// group's insert runs, the items that arrive queue for the next. An item

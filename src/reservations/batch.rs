@@ -6,12 +6,14 @@
 //! are shared out by the one rationing core, like concurrent reservations
 //! (design.md §9).
 
-use super::shell::{StoreError, RETRY_AFTER_UNAVAILABLE};
-use super::{all_at_once, catalog_not_loaded, with_rule, Arbiter, Handling};
+use super::{with_rule, Reservations};
 use crate::bypass::BypassDesk;
+use crate::domain::catalog::Handling;
 use crate::domain::catalog::Rule;
 use crate::domain::decision::{Decision, Outcome, SlotRequest};
 use crate::domain::rationing::Rank;
+use crate::shell::all_at_once;
+use crate::store::{StoreError, RETRY_AFTER_UNAVAILABLE};
 
 /// Most items one batch may carry.
 pub const MAX_BATCH_ITEMS: usize = 500;
@@ -57,7 +59,7 @@ impl Undecided {
     }
 }
 
-impl Arbiter {
+impl Reservations {
     /// One decision per request, in input order. An item the store could
     /// not decide in time (its quota out of reach, or the catalog never
     /// read) is `unavailable`; due items are bypassed all the same, so a
@@ -95,7 +97,10 @@ impl Arbiter {
             settled.extend(sorted.undecided.sort_out(decided, item)?);
         }
         if sorted.undecided.items.len() == requests.len() {
-            return Err(sorted.undecided.cause.unwrap_or_else(catalog_not_loaded));
+            return Err(sorted
+                .undecided
+                .cause
+                .unwrap_or_else(crate::catalog::not_loaded));
         }
         settled.extend(sorted.observed.iter().map(|(i, _)| *i).zip(observed));
         let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
