@@ -24,7 +24,7 @@ use crate::store::{
 };
 
 /// Who the audit trail names for changes made through the admin API.
-pub const ADMIN_ACTOR: &str = "api:admin";
+pub(crate) const ADMIN_ACTOR: &str = "api:admin";
 
 #[derive(Clone)]
 pub struct Administration {
@@ -57,7 +57,7 @@ impl Administration {
         }
     }
 
-    pub fn default_ceiling(&self) -> i64 {
+    pub(crate) fn default_ceiling(&self) -> i64 {
         self.default_ceiling
     }
 
@@ -100,7 +100,7 @@ impl Administration {
     }
 
     /// A quota that does not exist is [`CatalogError::NotFound`]: `PUT` creates.
-    pub async fn patch_quota(
+    pub(crate) async fn patch_quota(
         &self,
         name: &QuotaName,
         patch: QuotaPatch,
@@ -115,7 +115,7 @@ impl Administration {
         self.change(patched).await
     }
 
-    pub async fn delete_quota(&self, name: &QuotaName) -> Result<(), CatalogError> {
+    pub(crate) async fn delete_quota(&self, name: &QuotaName) -> Result<(), CatalogError> {
         self.change(self.store.delete_quota(ADMIN_ACTOR, name))
             .await
     }
@@ -142,7 +142,7 @@ impl Administration {
     }
 
     /// A flow that does not exist is [`CatalogError::NotFound`]: `PUT` creates.
-    pub async fn patch_flow(
+    pub(crate) async fn patch_flow(
         &self,
         name: &FlowName,
         patch: FlowPatch,
@@ -155,7 +155,7 @@ impl Administration {
         self.change(patched).await
     }
 
-    pub async fn delete_flow(&self, name: &FlowName) -> Result<(), CatalogError> {
+    pub(crate) async fn delete_flow(&self, name: &FlowName) -> Result<(), CatalogError> {
         self.change(self.store.delete_flow(ADMIN_ACTOR, name)).await
     }
 
@@ -163,7 +163,7 @@ impl Administration {
         self.read(self.store.route_class(name)).await
     }
 
-    pub async fn list_route_classes(&self) -> Result<Vec<RouteClassRow>, StoreError> {
+    pub(crate) async fn list_route_classes(&self) -> Result<Vec<RouteClassRow>, StoreError> {
         self.read(self.store.list_route_classes()).await
     }
 
@@ -191,13 +191,13 @@ impl Administration {
             .await
     }
 
-    pub async fn delete_route_class(&self, name: &str) -> Result<(), CatalogError> {
+    pub(crate) async fn delete_route_class(&self, name: &str) -> Result<(), CatalogError> {
         self.change(self.store.delete_route_class(ADMIN_ACTOR, name))
             .await
     }
 
     /// The last `hours` windows (of `quota`, or of every quota), newest first.
-    pub async fn recent_windows(
+    pub(crate) async fn recent_windows(
         &self,
         quota: Option<&QuotaName>,
         hours: i32,
@@ -209,7 +209,7 @@ impl Administration {
     }
 
     /// The observe-mode report over the last `since_hours` (design.md §6).
-    pub async fn observe_report(
+    pub(crate) async fn observe_report(
         &self,
         quota: Option<&QuotaName>,
         since_hours: i32,
@@ -247,7 +247,7 @@ impl Administration {
     /// a scrape: the catalog's flows and route classes, the current windows
     /// (none without a fresh reading: no number beats a stale one) and the
     /// pool.
-    pub async fn gauge_state(&self) {
+    pub(crate) async fn gauge_state(&self) {
         let snapshot = self.catalog.snapshot();
         let flows: Vec<_> = snapshot
             .as_ref()

@@ -13,7 +13,7 @@ use crate::mirror::Mirror;
 use crate::store::{ActiveKey, Store};
 
 /// What every key starts with, so a leaked one is recognisable (secret scanners).
-pub const KEY_PREFIX: &str = "qa_";
+pub(crate) const KEY_PREFIX: &str = "qa_";
 /// 256 random bits per key.
 const KEY_BYTES: usize = 32;
 
@@ -27,7 +27,7 @@ pub struct Principal {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     /// No key, or one nobody issued (or revoked): 401.
     Unauthenticated,
     /// A key whose role is below the route's: 403.
@@ -35,7 +35,7 @@ pub enum Denied {
 }
 
 /// Whether `caller` may call a route that needs `access`.
-pub fn authorize(access: Access, caller: Option<&Principal>) -> Result<(), Denied> {
+pub(crate) fn authorize(access: Access, caller: Option<&Principal>) -> Result<(), Denied> {
     match (access, caller) {
         (Access::Open, _) => Ok(()),
         (Access::AtLeast(_), None) => Err(Denied::Unauthenticated),
@@ -48,7 +48,7 @@ pub fn authorize(access: Access, caller: Option<&Principal>) -> Result<(), Denie
 
 /// Only the key that took a lease frees it, or an admin. A lease with no
 /// recorded holder (taken in `open` mode, or its record pruned) is an admin's.
-pub fn may_release(caller: &Principal, holder: Option<i64>) -> bool {
+pub(crate) fn may_release(caller: &Principal, holder: Option<i64>) -> bool {
     caller.role == Role::Admin || (caller.key_id.is_some() && caller.key_id == holder)
 }
 
@@ -77,7 +77,7 @@ pub struct KeyRing {
 impl KeyRing {
     /// Reloads the ring, in turn with every other reload (`Mirror`): a
     /// revocation is never undone by a load that read before it.
-    pub async fn refresh(&self, store: &Store) -> Result<(), sqlx::Error> {
+    pub(crate) async fn refresh(&self, store: &Store) -> Result<(), sqlx::Error> {
         let load = async {
             let keys = store.active_keys().await?;
             Ok(keys.into_iter().filter_map(accepted).collect())

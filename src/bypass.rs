@@ -41,12 +41,12 @@ impl BypassDesk {
 
     /// Grants the request as `bypassed` when its deadline is within the
     /// horizon; `None` sends it down the normal path.
-    pub fn try_bypass(&self, request: &SlotRequest) -> Option<Decision> {
+    pub(crate) fn try_bypass(&self, request: &SlotRequest) -> Option<Decision> {
         self.is_due(request).then(|| self.grant(request))
     }
 
     /// Whether the request's deadline is within the bypass horizon.
-    pub fn is_due(&self, request: &SlotRequest) -> bool {
+    pub(crate) fn is_due(&self, request: &SlotRequest) -> bool {
         let Some(deadline) = request.deadline else {
             return false;
         };

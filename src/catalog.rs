@@ -17,7 +17,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
+    pub(crate) fn snapshot(&self) -> Option<Arc<Snapshot>> {
         self.current.read(Option::clone)
     }
 
@@ -28,12 +28,12 @@ impl Catalog {
         self.snapshot().ok_or_else(not_loaded)
     }
 
-    pub fn is_loaded(&self) -> bool {
+    pub(crate) fn is_loaded(&self) -> bool {
         self.snapshot().is_some()
     }
 
     /// Reloads the snapshot, in turn with every other reload (`Mirror`).
-    pub async fn refresh(&self, store: &Store) -> Result<(), sqlx::Error> {
+    pub(crate) async fn refresh(&self, store: &Store) -> Result<(), sqlx::Error> {
         let load = async { Ok(Some(Arc::new(store.load_catalog().await?))) };
         self.current.reload(load).await
     }
@@ -42,6 +42,6 @@ impl Catalog {
 /// Before the first catalog load nobody can tell an enforced flow from an
 /// unknown one: the decision paths fail closed, as when the store is out of
 /// reach (a 503 for an enforced decision).
-pub fn not_loaded() -> StoreError {
+pub(crate) fn not_loaded() -> StoreError {
     StoreUnavailable("catalog not loaded yet".into()).into()
 }

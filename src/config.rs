@@ -16,7 +16,7 @@ use crate::domain::catalog::{FlowSeed, QuotaLimits};
 use crate::domain::AuthMode;
 use crate::domain::Secret;
 
-pub const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
+pub(crate) const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
 /// Keys read from `QUOTA_<KEY>` environment variables.
 const ENV_KEYS: &[&str] = &[
@@ -375,11 +375,11 @@ mod humantime_serde_compat {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         humantime::parse_duration(&text).map_err(|e| {
             serde::de::Error::custom(format!("`{text}` is not a duration like 15m or 90s: {e}"))

@@ -33,7 +33,7 @@ pub struct ClockReading {
 /// a wait said in seconds (`Retry-After`, `retry_after_seconds`, a RateLimit
 /// field's `t`) is never shorter than the real one. The one rounding of
 /// every answer that says how long to wait.
-pub fn seconds_rounded_up(millis: i64) -> i64 {
+pub(crate) fn seconds_rounded_up(millis: i64) -> i64 {
     (millis.max(0) + 999) / 1000
 }
 
@@ -110,7 +110,7 @@ impl<T> From<Option<T>> for Patch<T> {
 
 impl<T> Patch<T> {
     /// The optional setting after the patch.
-    pub fn applied_to(self, current: Option<T>) -> Option<T> {
+    pub(crate) fn applied_to(self, current: Option<T>) -> Option<T> {
         match self {
             Patch::Keep => current,
             Patch::Remove => None,
@@ -127,7 +127,7 @@ impl<T> Patch<T> {
         }
     }
 
-    pub fn is_kept(&self) -> bool {
+    pub(crate) fn is_kept(&self) -> bool {
         matches!(self, Patch::Keep)
     }
 }

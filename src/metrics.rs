@@ -21,11 +21,11 @@ use crate::domain::catalog::{FlowRule, Mode};
 use crate::domain::decision::{Decision, Outcome};
 
 /// Flow label used for every flow the catalog does not know.
-pub const UNKNOWN_FLOW: &str = "_unknown";
+pub(crate) const UNKNOWN_FLOW: &str = "_unknown";
 
 /// Route class label of an admission answered before the catalog is loaded
 /// (a class the catalog does not know is a 404, not counted).
-pub const UNKNOWN_ROUTE_CLASS: &str = "_unknown";
+pub(crate) const UNKNOWN_ROUTE_CLASS: &str = "_unknown";
 
 /// The Prometheus text format the exposition is written in.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -323,7 +323,11 @@ impl Metrics {
 
     /// One admission answer of a route class the catalog knows
     /// ([`UNKNOWN_ROUTE_CLASS`] before the catalog is loaded).
-    pub fn record_admit(&self, route_class: &str, outcome: crate::domain::admission::Outcome) {
+    pub(crate) fn record_admit(
+        &self,
+        route_class: &str,
+        outcome: crate::domain::admission::Outcome,
+    ) {
         self.admits
             .get_or_create(&AdmitLabels {
                 route_class: route_class.to_string(),
@@ -332,12 +336,12 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_admit_seconds(&self, seconds: f64) {
+    pub(crate) fn record_admit_seconds(&self, seconds: f64) {
         self.admit_seconds.observe(seconds);
     }
 
     /// Creates, at zero, the admission counters of every route class.
-    pub fn register_route_classes<'a>(&self, classes: impl IntoIterator<Item = &'a str>) {
+    pub(crate) fn register_route_classes<'a>(&self, classes: impl IntoIterator<Item = &'a str>) {
         for route_class in classes {
             for outcome in crate::domain::admission::Outcome::ALL {
                 let labels = AdmitLabels {
@@ -353,7 +357,7 @@ impl Metrics {
         self.reserve_seconds.observe(seconds);
     }
 
-    pub fn record_claim_wait(&self, waited: std::time::Duration) {
+    pub(crate) fn record_claim_wait(&self, waited: std::time::Duration) {
         self.claim_wait_seconds.observe(waited.as_secs_f64());
     }
 

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 
 #[derive(Default)]
-pub struct Mirror<T> {
+pub(crate) struct Mirror<T> {
     current: Arc<RwLock<T>>,
     reloading: Arc<tokio::sync::Mutex<()>>,
 }

@@ -32,7 +32,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<Store> {
 }
 
 /// Who the audit trail names for a change made from this shell.
-pub fn cli_actor() -> String {
+pub(crate) fn cli_actor() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .ok()

@@ -59,7 +59,7 @@ pub struct HourReport {
 /// Builds the report for the last `since_hours` hours. `what_if_ceiling`
 /// recomputes it as if every quota's ceiling were that value, touching nothing.
 /// `history_retention` is how long tallies are kept (0: forever).
-pub async fn observe_report(
+pub(crate) async fn observe_report(
     store: &Store,
     quota: Option<&str>,
     since_hours: i32,
@@ -222,7 +222,7 @@ fn flow_report(
 }
 
 /// `7d`, `36h`, `90m` as whole hours (rounded up), 1 hour to a year.
-pub fn parse_since(text: &str) -> Result<i32, String> {
+pub(crate) fn parse_since(text: &str) -> Result<i32, String> {
     let duration = humantime::parse_duration(text)
         .map_err(|e| format!("`{text}` is not a duration like 7d or 36h: {e}"))?;
     let hours = duration.as_secs().div_ceil(3600);

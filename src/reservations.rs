@@ -113,7 +113,7 @@ impl Reservations {
     /// again (design.md §12): their slots spent after the fact, and those
     /// that were due work let through at once tallied as `bypassed` for the
     /// flow. Returns the window they count in.
-    pub fn count_local_decisions(
+    pub(crate) fn count_local_decisions(
         &self,
         quota: &str,
         flow: Option<&str>,

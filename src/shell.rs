@@ -221,8 +221,14 @@ impl Shell {
         T: Answer,
         E: Into<StoreError>,
     {
-        self.run_as(operation, async { call.await.map_err(Into::into) })
-            .await
+        // Not written as `run_as` on a mapped call: every decision goes
+        // through here, and a batch polls hundreds of these at once.
+        let started = Instant::now();
+        match tokio::time::timeout_at(self.ends(started), call).await {
+            Ok(Ok(answer)) => Ok(self.answered(operation, started, answer)),
+            Ok(Err(error)) => Err(self.failed(operation, error.into())),
+            Err(_) => Err(self.failed(operation, self.ran_out())),
+        }
     }
 
     /// Runs `call` in place, within the time budget, keeping its own error
@@ -238,25 +244,33 @@ impl Shell {
         E: CallError,
     {
         let started = Instant::now();
-        let failure = match tokio::time::timeout_at(self.ends(started), call).await {
-            Ok(Ok(answer)) => {
-                let seconds = started.elapsed().as_secs_f64();
-                if operation.decides() {
-                    self.metrics.record_reserve_seconds(seconds);
-                } else if operation == Operation::Admit {
-                    self.metrics.record_admit_seconds(seconds);
-                }
-                if let Some(clock) = answer.clock() {
-                    self.clock.note(clock);
-                }
-                return Ok(answer);
-            }
-            Ok(Err(error)) if error.store_error().is_none() => return Err(error),
-            Ok(Err(error)) => error,
-            Err(_) => E::from(self.ran_out()),
-        };
+        match tokio::time::timeout_at(self.ends(started), call).await {
+            Ok(Ok(answer)) => Ok(self.answered(operation, started, answer)),
+            Ok(Err(error)) if error.store_error().is_none() => Err(error),
+            Ok(Err(error)) => Err(self.failed(operation, error)),
+            Err(_) => Err(E::from(self.failed(operation, self.ran_out()))),
+        }
+    }
+
+    /// An answer in time: its latency recorded (deciding statements and
+    /// admissions), the database clock it read kept.
+    fn answered<T: Answer>(&self, operation: Operation, started: Instant, answer: T) -> T {
+        let seconds = started.elapsed().as_secs_f64();
+        if operation.decides() {
+            self.metrics.record_reserve_seconds(seconds);
+        } else if operation == Operation::Admit {
+            self.metrics.record_admit_seconds(seconds);
+        }
+        if let Some(clock) = answer.clock() {
+            self.clock.note(clock);
+        }
+        answer
+    }
+
+    /// A store failure (or no answer in time), counted under its operation.
+    fn failed<E>(&self, operation: Operation, error: E) -> E {
         self.metrics.store_error(operation.label());
-        Err(failure)
+        error
     }
 
     /// Waits, within the time budget, for an answer another task's call

@@ -195,7 +195,7 @@ impl Ledger {
 
     /// Runs `settlement`, which decides a count still to come, in the
     /// background; the last flush at shutdown waits for it.
-    pub fn settle_later(&self, settlement: impl Future<Output = ()> + Send + 'static) {
+    pub(crate) fn settle_later(&self, settlement: impl Future<Output = ()> + Send + 'static) {
         let expected = self.expect();
         tokio::spawn(async move {
             settlement.await;

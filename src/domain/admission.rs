@@ -18,7 +18,7 @@ use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
 
 /// Window lengths a route class may count capacity in: the divisors of an
 /// hour, so windows stay aligned on the UTC hour.
-pub const WINDOW_SECONDS: [i32; 45] = [
+pub(crate) const WINDOW_SECONDS: [i32; 45] = [
     1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 16, 18, 20, 24, 25, 30, 36, 40, 45, 48, 50, 60, 72, 75, 80,
     90, 100, 120, 144, 150, 180, 200, 225, 240, 300, 360, 400, 450, 600, 720, 900, 1200, 1800,
     3600,
@@ -59,7 +59,7 @@ fn window_seconds_schema() -> utoipa::openapi::schema::Schema {
 impl RouteClassSettings {
     /// The checks every route class passes, whichever surface wrote it (the
     /// table's CHECKs say the same).
-    pub fn validated(self) -> Result<Self, String> {
+    pub(crate) fn validated(self) -> Result<Self, String> {
         if !(self.burst >= 1.0 && self.burst <= MAX_BURST) {
             return Err(format!("`burst` must be between 1 and {MAX_BURST}"));
         }
@@ -85,7 +85,7 @@ impl RouteClassSettings {
     /// The most admissions one tenant may take in a window: its share of the
     /// capacity, rounded down, but at least one (a share too small to admit
     /// anybody would close the class without saying so).
-    pub fn tenant_allowance(&self) -> i64 {
+    pub(crate) fn tenant_allowance(&self) -> i64 {
         // The nudge keeps 0.29 × 100 at 29, not 28.999….
         let share = (self.capacity as f64 * self.tenant_share * (1.0 + 1e-12)).floor();
         (share as i64).clamp(1, self.capacity)
@@ -117,7 +117,10 @@ pub struct RouteClassPatch {
 
 impl RouteClassPatch {
     /// The settings after the patch, checked like a whole class.
-    pub fn applied_to(self, current: RouteClassSettings) -> Result<RouteClassSettings, String> {
+    pub(crate) fn applied_to(
+        self,
+        current: RouteClassSettings,
+    ) -> Result<RouteClassSettings, String> {
         fn field<T>(patch: Patch<T>, current: T, name: &str) -> Result<T, String> {
             match patch {
                 Patch::Keep => Ok(current),
@@ -159,13 +162,10 @@ pub enum Caller {
     Anonymous { network: String },
 }
 
-/// The longest principal or tenant identifier.
-pub const MAX_IDENTIFIER_LEN: usize = 256;
-
 impl Caller {
     /// A caller from what the gateway sent: principal and tenant both or
     /// neither; neither is the anonymous class of `address`'s network.
-    pub fn identify(
+    pub(crate) fn identify(
         principal: Option<&str>,
         tenant: Option<&str>,
         address: Option<IpAddr>,
@@ -215,7 +215,7 @@ impl Caller {
 
     /// Whose share of the capacity an admission counts against: the tenant,
     /// or for anonymous callers their group as a whole (`""`, no tenant's).
-    pub fn tenant_group(&self) -> &str {
+    pub(crate) fn tenant_group(&self) -> &str {
         match self {
             Caller::Principal { tenant, .. } => tenant,
             Caller::Anonymous { .. } => "",
@@ -230,7 +230,7 @@ fn identifier(value: &str) -> Result<(), String> {
 
 /// The network range a caller is counted in: /24 for IPv4, /64 for IPv6 (an
 /// IPv4 address written as IPv6, `::ffff:a.b.c.d`, is IPv4).
-pub fn network_of(address: IpAddr) -> String {
+pub(crate) fn network_of(address: IpAddr) -> String {
     match address.to_canonical() {
         IpAddr::V4(v4) => {
             let [a, b, c, _] = v4.octets();
@@ -248,7 +248,7 @@ pub fn network_of(address: IpAddr) -> String {
 /// `X-Forwarded-For` (the one the trusted proxy added; entries before it are
 /// whatever the client wrote), or the single value of `X-Real-IP` and the
 /// like. An entry may carry a port (`203.0.113.7:4711`, `[2001:db8::1]:443`).
-pub fn forwarded_address(value: &str) -> Option<IpAddr> {
+pub(crate) fn forwarded_address(value: &str) -> Option<IpAddr> {
     let last = value.rsplit(',').next()?.trim();
     if let Ok(address) = last.parse::<IpAddr>() {
         return Some(address);
@@ -274,7 +274,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn from_store(refused_by: &str) -> Option<Self> {
+    pub(crate) fn from_store(refused_by: &str) -> Option<Self> {
         match refused_by {
             "caller" => Some(Refusal::Caller),
             "tenant_share" => Some(Refusal::TenantShare),
@@ -366,7 +366,7 @@ pub fn verdict(class: &RouteClassSettings, admission: &Admission) -> Verdict {
 }
 
 /// `r` and `t` of a bucket holding `tokens` of `class`'s burst.
-pub fn caller_limit(class: &RouteClassSettings, tokens: f64) -> CallerLimit {
+pub(crate) fn caller_limit(class: &RouteClassSettings, tokens: f64) -> CallerLimit {
     let tokens = if tokens.is_finite() {
         tokens.clamp(0.0, class.burst)
     } else {
@@ -389,14 +389,14 @@ pub fn caller_limit(class: &RouteClassSettings, tokens: f64) -> CallerLimit {
 /// The `RateLimit-Policy` field: the caller's bucket as a quota policy named
 /// after the route class: `q` requests (the burst) per `w` seconds (the time
 /// the rate takes to refill a whole burst).
-pub fn policy_field(class: &RouteClass) -> String {
+pub(crate) fn policy_field(class: &RouteClass) -> String {
     let settings = &class.settings;
     let window = whole_seconds(settings.burst / settings.rate).unwrap_or(u64::MAX);
     ratelimit_fields::policy_field(&class.name, settings.burst.floor() as u64, window)
 }
 
 /// The `RateLimit` field: what the caller may still send and when that grows.
-pub fn limit_field(class: &RouteClass, limit: CallerLimit) -> String {
+pub(crate) fn limit_field(class: &RouteClass, limit: CallerLimit) -> String {
     ratelimit_fields::limit_field(&class.name, limit.remaining, limit.reset)
 }
 

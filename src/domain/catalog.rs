@@ -19,7 +19,7 @@ pub use settings::{
 pub use crate::domain::input::{name as validate_name, MAX_NAME_LEN};
 pub use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
 /// Checks a quota's limits; the same bounds as the table's CHECKs.
-pub fn validate_limits(
+pub(crate) fn validate_limits(
     hourly_ceiling: i64,
     rate: Option<f64>,
     burst: Option<f64>,
@@ -104,13 +104,13 @@ pub struct Cadence {
 impl QuotaRule {
     /// Only the window's count decides (headroom included): concurrent
     /// decisions can share one take-up-to-k statement.
-    pub fn decided_by_window_alone(&self) -> bool {
+    pub(crate) fn decided_by_window_alone(&self) -> bool {
         self.cadence.is_none() && self.max_in_flight.is_none()
     }
 
     /// The part of the ceiling a flow of `priority` may use: lower priorities
     /// stop short of the top of the window when the quota reserves headroom.
-    pub fn ceiling_for(&self, priority: i16) -> i64 {
+    pub(crate) fn ceiling_for(&self, priority: i16) -> i64 {
         let share = match priority {
             ..=1 => None,
             2 => self.priority2_share,
@@ -179,7 +179,7 @@ impl Snapshot {
         })
     }
 
-    pub fn has_quota(&self, quota: &str) -> bool {
+    pub(crate) fn has_quota(&self, quota: &str) -> bool {
         self.quotas.contains_key(quota)
     }
 
@@ -213,7 +213,7 @@ pub struct FlowSeed {
 /// rule every decision path (a reservation, a batch's items, a claim's
 /// flows) dispatches on. Work due within the bypass horizon is let through
 /// before any of this (`crate::bypass::BypassDesk`).
-pub enum Handling {
+pub(crate) enum Handling {
     /// Before the first catalog load nobody can tell an enforced flow from an
     /// unknown one: fail closed rather than wave everything through.
     CatalogNotLoaded,

@@ -130,7 +130,7 @@ pub struct Outlook {
 
 impl Outlook {
     /// Only the window is known (a budget-only quota).
-    pub fn of_window(clock: ClockReading) -> Self {
+    pub(crate) fn of_window(clock: ClockReading) -> Self {
         Self {
             clock,
             bucket: None,
@@ -178,7 +178,7 @@ impl Deferral {
 }
 
 /// Windows are one UTC hour (`window_start_of` in the schema).
-pub const QUOTA_WINDOW_SECONDS: u64 = 3600;
+pub(crate) const QUOTA_WINDOW_SECONDS: u64 = 3600;
 
 impl Decision {
     pub fn new(outcome: Outcome, flow: &str) -> Self {
@@ -199,7 +199,7 @@ impl Decision {
     }
 
     /// Names the ceiling the flow's priority may reach: the answer's policy.
-    pub fn with_ceiling(mut self, ceiling: i64) -> Self {
+    pub(crate) fn with_ceiling(mut self, ceiling: i64) -> Self {
         self.quota_limit = Some(QuotaLimit {
             ceiling,
             left: None,
@@ -222,7 +222,7 @@ impl Decision {
     }
 
     /// Deferred for want of room in the window `clock` read: until it ends.
-    pub fn deferred_on_budget(self, clock: &ClockReading) -> Self {
+    pub(crate) fn deferred_on_budget(self, clock: &ClockReading) -> Self {
         let mut decision = self.deferred(&Deferral::budget(clock), clock.db_now);
         decision.window_start = Some(clock.window_start);
         decision
@@ -237,7 +237,7 @@ impl Decision {
     }
 
     /// A deferral until `retry_at`, given the database's `now`.
-    pub fn deferred_until(mut self, retry_at: DateTime<Utc>, db_now: DateTime<Utc>) -> Self {
+    pub(crate) fn deferred_until(mut self, retry_at: DateTime<Utc>, db_now: DateTime<Utc>) -> Self {
         let seconds = crate::domain::seconds_rounded_up((retry_at - db_now).num_milliseconds());
         self.outcome = Outcome::Deferred;
         self.retry_at = Some(retry_at);

@@ -12,23 +12,23 @@ pub const MAX_NAME_LEN: usize = 128;
 /// Longest caller's reference (`ref`).
 pub const MAX_REF_LEN: usize = 256;
 /// Longest free text a caller may write (durations, periods).
-pub const MAX_TEXT_LEN: usize = 64;
+pub(crate) const MAX_TEXT_LEN: usize = 64;
 /// Largest work payload, serialized: a reference to the work, not the work itself.
-pub const MAX_PAYLOAD_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_PAYLOAD_BYTES: usize = 8 * 1024;
 /// Largest magnitude of a number in a payload: `jsonb` keeps the decimal
 /// digits, and near `f64::MAX` they no longer read back as a double.
-pub const MAX_PAYLOAD_NUMBER: f64 = 1e300;
+pub(crate) const MAX_PAYLOAD_NUMBER: f64 = 1e300;
 
 /// The names' alphabet, as the OpenAPI document writes it.
-pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:/-]*$";
+pub(crate) const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:/-]*$";
 /// What `humantime` reads as a duration, without spaces inside a term
 /// (and `0`, which needs no unit).
-pub const DURATION_PATTERN: &str = "^0$|^([0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y) ?)*[0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)$";
+pub(crate) const DURATION_PATTERN: &str = "^0$|^([0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y) ?)*[0-9]{1,9}(nanos|nsec|ns|usec|us|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)$";
 /// Printable text: no C0 or C1 control character, DEL included.
-pub const PRINTABLE_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+pub(crate) const PRINTABLE_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
 /// A principal or tenant in a header: visible ASCII, spaces inside only
 /// (HTTP trims a header value's ends).
-pub const HEADER_IDENTIFIER_PATTERN: &str = "^[!-~]([ -~]*[!-~])?$";
+pub(crate) const HEADER_IDENTIFIER_PATTERN: &str = "^[!-~]([ -~]*[!-~])?$";
 
 /// Names of quotas and flows, and worker ids, end up in URLs, metric labels
 /// and log lines, so they are kept to a small, printable alphabet (the
@@ -114,7 +114,7 @@ fn holds_huge_number(value: &Value) -> bool {
 /// is well-formed JSON that names no character: serde_json refuses it while
 /// parsing, with one of these messages. It is bad input (422), not a
 /// malformed document (400).
-pub fn is_lone_surrogate(parse_error: &str) -> bool {
+pub(crate) fn is_lone_surrogate(parse_error: &str) -> bool {
     [
         "lone leading surrogate",
         "unexpected end of hex escape",
@@ -155,11 +155,11 @@ pub mod schema {
         string(1, MAX_NAME_LEN, Some(NAME_PATTERN), false)
     }
 
-    pub fn optional_name() -> Schema {
+    pub(crate) fn optional_name() -> Schema {
         string(1, MAX_NAME_LEN, Some(NAME_PATTERN), true)
     }
 
-    pub fn optional_names() -> Schema {
+    pub(crate) fn optional_names() -> Schema {
         let items: RefOr<Schema> = name().into();
         ArrayBuilder::new()
             .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
@@ -167,17 +167,17 @@ pub mod schema {
             .into()
     }
 
-    pub fn optional_reference() -> Schema {
+    pub(crate) fn optional_reference() -> Schema {
         string(1, MAX_REF_LEN, Some(PRINTABLE_PATTERN), true)
     }
 
     /// A principal or tenant in a JSON body: printable, like a reference.
-    pub fn optional_identifier() -> Schema {
+    pub(crate) fn optional_identifier() -> Schema {
         string(1, MAX_REF_LEN, Some(PRINTABLE_PATTERN), true)
     }
 
     /// A principal or tenant in a header ([`HEADER_IDENTIFIER_PATTERN`]).
-    pub fn header_identifier() -> Schema {
+    pub(crate) fn header_identifier() -> Schema {
         string(1, MAX_REF_LEN, Some(HEADER_IDENTIFIER_PATTERN), false)
     }
 
@@ -186,7 +186,7 @@ pub mod schema {
         string(1, MAX_TEXT_LEN, Some(DURATION_PATTERN), false)
     }
 
-    pub fn optional_duration() -> Schema {
+    pub(crate) fn optional_duration() -> Schema {
         string(1, MAX_TEXT_LEN, Some(DURATION_PATTERN), true)
     }
 
@@ -207,7 +207,7 @@ pub mod schema {
     /// A schema that holds when one of `alternatives` does (each a plain
     /// schema as JSON, with a `type`: utoipa's untagged `Schema` reads back
     /// neither `anyOf` nor a schema without one, and writes `const` as `enum`).
-    pub fn any_of(alternatives: impl IntoIterator<Item = serde_json::Value>) -> Schema {
+    pub(crate) fn any_of(alternatives: impl IntoIterator<Item = serde_json::Value>) -> Schema {
         alternatives
             .into_iter()
             .fold(AnyOfBuilder::new(), |any, alternative| {
@@ -230,7 +230,7 @@ pub mod integer {
     use crate::domain::Patch;
 
     /// `#[serde(default, deserialize_with = "crate::domain::input::integer::optional")]`
-    pub fn optional<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+    pub(crate) fn optional<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
     where
         D: Deserializer<'de>,
         T: TryFrom<i64>,
@@ -329,10 +329,13 @@ pub mod exact_id {
     use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 
     /// The decimal digits of an id, as the OpenAPI document writes them.
-    pub const PATTERN: &str = "^-?[0-9]{1,19}$";
+    pub(crate) const PATTERN: &str = "^-?[0-9]{1,19}$";
 
     /// `#[serde(serialize_with = "crate::domain::input::exact_id::optional_string")]`
-    pub fn optional_string<S: Serializer>(id: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn optional_string<S: Serializer>(
+        id: &Option<i64>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match id {
             Some(id) => s.collect_str(id),
             None => s.serialize_none(),
@@ -341,7 +344,7 @@ pub mod exact_id {
 
     /// `#[serde(default, deserialize_with = "crate::domain::input::exact_id::optional")]`:
     /// a decimal string or an integer; `null` or absent is none.
-    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    pub(crate) fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
         d.deserialize_option(StringOrInteger)
     }
 
@@ -391,7 +394,7 @@ pub mod exact_id {
     }
 
     /// An id in an answer: a string of digits, or `null`.
-    pub fn optional_schema() -> Schema {
+    pub(crate) fn optional_schema() -> Schema {
         ObjectBuilder::new()
             .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
             .pattern(Some(PATTERN))
@@ -404,7 +407,7 @@ pub mod exact_id {
 
     /// An id a caller sends: a string of digits; an integer is still read
     /// (deprecated).
-    pub fn optional_input_schema() -> Schema {
+    pub(crate) fn optional_input_schema() -> Schema {
         let mut schema = super::schema::any_of([
             serde_json::json!({"type": "string", "pattern": PATTERN}),
             serde_json::json!({"type": "integer", "format": "int64",

@@ -28,7 +28,7 @@ macro_rules! name_type {
             /// A name read back from the store: its tables check the same
             /// alphabet on the way in (`CHECK (name ~ …)`), so it is not
             /// parsed a second time.
-            pub fn of_row(value: String) -> Self {
+            pub(crate) fn of_row(value: String) -> Self {
                 Self(value)
             }
 

@@ -7,14 +7,14 @@
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The `RateLimit-Policy` field's name, as HTTP/2 and `HeaderMap` spell it.
-pub const POLICY: &str = "ratelimit-policy";
+pub(crate) const POLICY: &str = "ratelimit-policy";
 /// The `RateLimit` field's name.
 pub const LIMIT: &str = "ratelimit";
 
 /// Seconds rounded up (`domain::seconds_rounded_up`), at least 1: a field's
 /// `t` of 0 would say "now" of a limit still in force. `None` when not a
 /// finite, bounded number.
-pub fn whole_seconds(seconds: f64) -> Option<u64> {
+pub(crate) fn whole_seconds(seconds: f64) -> Option<u64> {
     // A year is far beyond any wait a client would keep to by itself.
     const MAX: f64 = 86_400.0 * 366.0;
     (seconds.is_finite() && seconds <= MAX).then(|| {
@@ -25,13 +25,13 @@ pub fn whole_seconds(seconds: f64) -> Option<u64> {
 
 /// `RateLimit-Policy`: the policy `name` allows `quota` units per `window`
 /// seconds.
-pub fn policy_field(name: &str, quota: u64, window: u64) -> String {
+pub(crate) fn policy_field(name: &str, quota: u64, window: u64) -> String {
     format!("{};q={quota};w={window}", quoted(name))
 }
 
 /// `RateLimit`: `remaining` units left of the policy `name`, and the seconds
 /// until that changes (`None`: nothing will, the `t` parameter is left out).
-pub fn limit_field(name: &str, remaining: u64, reset: Option<u64>) -> String {
+pub(crate) fn limit_field(name: &str, remaining: u64, reset: Option<u64>) -> String {
     match reset {
         Some(reset) => format!("{};r={remaining};t={reset}", quoted(name)),
         None => format!("{};r={remaining}", quoted(name)),

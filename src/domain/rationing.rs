@@ -56,7 +56,7 @@ impl Ask {
 
 /// What the statement took for the group.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Taken {
+pub(crate) struct Taken {
     /// The window's count before the take.
     pub count_before: i64,
     /// Budget slots taken (and as many cadence tokens, on a cadence quota).
@@ -70,7 +70,7 @@ pub struct Taken {
 
 /// Who gets what, in the order the asks were given.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Sharing {
+pub(crate) struct Sharing {
     /// `None`: granted; `Some(limit)`: refused by that limit.
     pub refusals: Vec<Option<Limit>>,
     /// Per granted ask: the window's count once it is counted, the grants
@@ -88,7 +88,7 @@ pub struct Sharing {
 /// Shares what was taken among `asks` in rationing order, first fit: each ask
 /// all or nothing, within its own ceiling; an ask that does not fit is passed
 /// over and a later, smaller one may still fit.
-pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
+pub(crate) fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
     let mut order: Vec<usize> = (0..asks.len()).collect();
     order.sort_by_key(|&i| asks[i].rank);
     let (mut slots_left, mut places_left) = (taken.slots, taken.places);
@@ -133,7 +133,7 @@ pub fn share_out(asks: &[Ask], taken: Taken) -> Sharing {
 
 /// What one statement should take for a group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ToTake {
+pub(crate) struct ToTake {
     /// Every slot asked.
     pub slots: i64,
     /// Up to the highest ceiling among the asks: nobody is granted past
@@ -143,7 +143,7 @@ pub struct ToTake {
     pub places: i64,
 }
 
-pub fn to_take(asks: &[Ask]) -> ToTake {
+pub(crate) fn to_take(asks: &[Ask]) -> ToTake {
     ToTake {
         slots: asks.iter().map(|a| a.slots).sum(),
         ceiling: asks.iter().map(|a| a.ceiling).max().unwrap_or(0),
@@ -166,7 +166,11 @@ pub fn would_defer(asks: &[Ask], count_before: i64) -> Vec<bool> {
 /// `tokens` the bucket held go (`None`: no cadence). Each learns which limit
 /// would have refused it: its own ceiling (the budget: a full window outranks
 /// missing tokens, which come back sooner), else the tokens (the cadence).
-pub fn would_refuse(asks: &[Ask], count_before: i64, tokens: Option<i64>) -> Vec<Option<Limit>> {
+pub(crate) fn would_refuse(
+    asks: &[Ask],
+    count_before: i64,
+    tokens: Option<i64>,
+) -> Vec<Option<Limit>> {
     asks.iter()
         .zip(counts_in_order(asks, count_before))
         .map(|(ask, count)| {
@@ -184,7 +188,7 @@ pub fn would_refuse(asks: &[Ask], count_before: i64, tokens: Option<i64>) -> Vec
 
 /// Every ask spent in the order given, from `count_before` on: the window's
 /// count right after each (the asks before it included).
-pub fn counts_in_order(asks: &[Ask], count_before: i64) -> Vec<i64> {
+pub(crate) fn counts_in_order(asks: &[Ask], count_before: i64) -> Vec<i64> {
     asks.iter()
         .scan(count_before, |count, ask| {
             *count += ask.slots;
@@ -198,7 +202,7 @@ pub fn counts_in_order(asks: &[Ask], count_before: i64) -> Vec<i64> {
 /// items as it got slots). First come, first served: a claim gets less than
 /// it wants only once everything before it was served in full. Returns each
 /// claim's share, in the order given; together they are at most `taken`.
-pub fn share_up_to(wants: &[i64], taken: i64) -> Vec<i64> {
+pub(crate) fn share_up_to(wants: &[i64], taken: i64) -> Vec<i64> {
     let mut left = taken.max(0);
     wants
         .iter()

@@ -12,11 +12,11 @@ use utoipa::ToSchema;
 use crate::store::CatalogError;
 use crate::store::{StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 const PROBLEM_BASE: &str = "https://quota-arbiter.dev/problems/";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// The body is not JSON (or not readable).
     #[error("{0}")]
     MalformedJson(String),
@@ -71,7 +71,7 @@ pub struct Problem {
 /// The cause of a 500 or 503, handed to the logging middleware so it is logged
 /// once, inside the request span, and never sent to the caller.
 #[derive(Clone, Debug)]
-pub struct FailureCause(pub Arc<str>);
+pub(crate) struct FailureCause(pub Arc<str>);
 
 impl ApiError {
     fn class(&self) -> (StatusCode, &'static str, &'static str) {

@@ -17,7 +17,7 @@ pub struct SharePresence {
 
 impl Reservations {
     /// A presence for a client of `flows`, not yet announced.
-    pub fn share_presence(&self, flows: Vec<FlowName>) -> SharePresence {
+    pub(crate) fn share_presence(&self, flows: Vec<FlowName>) -> SharePresence {
         SharePresence {
             store: self.store.clone(),
             shell: self.shell.clone(),
@@ -42,7 +42,7 @@ impl SharePresence {
     }
 
     /// Gone now, not after the 3 s a missing heartbeat takes.
-    pub async fn leave(self) {
+    pub(crate) async fn leave(self) {
         if let Some(id) = self.id {
             let left = self.store.leave_stream(id);
             let _ = self.shell.run(Operation::ShareStream, left).await;

@@ -50,7 +50,7 @@ impl FlowRow {
     /// The share (1-100) of over-ceiling decisions deferred: `None` unless
     /// the flow is in enforce mode (a percent kept from before a flip to
     /// observe or count means nothing there).
-    pub fn enforced_percent(&self) -> Option<i16> {
+    pub(crate) fn enforced_percent(&self) -> Option<i16> {
         (self.mode == Mode::Enforce.as_str()).then(|| self.enforce_percent.unwrap_or(100))
     }
 }
@@ -129,7 +129,7 @@ impl Store {
 
     /// Changes only what `patch` names (`PATCH`, the CLI); a quota that does
     /// not exist yet is created from the default ceiling.
-    pub async fn patch_quota(
+    pub(crate) async fn patch_quota(
         &self,
         actor: &str,
         name: &str,
@@ -155,7 +155,7 @@ impl Store {
     }
 
     /// Deletes a quota and its windows; 409 while a flow still spends it.
-    pub async fn delete_quota(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
+    pub(crate) async fn delete_quota(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let row = sqlx::query_file!("sql/delete_quota.sql", name)
             .fetch_one(&mut *tx)
@@ -204,7 +204,7 @@ impl Store {
     /// Changes only what `patch` names (`PATCH`, the CLI). With
     /// `create_quota`, a quota the flow names that does not exist is created
     /// with that ceiling; without it, naming one is refused.
-    pub async fn patch_flow(
+    pub(crate) async fn patch_flow(
         &self,
         actor: &str,
         name: &str,
@@ -242,7 +242,7 @@ impl Store {
     }
 
     /// Deletes a flow; 409 while work items of it are not done.
-    pub async fn delete_flow(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
+    pub(crate) async fn delete_flow(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let row = sqlx::query_file!("sql/delete_flow.sql", name)
             .fetch_one(&mut *tx)
@@ -273,7 +273,7 @@ impl Store {
     }
 
     /// Windows of the last `hours` hours, newest first.
-    pub async fn recent_windows(
+    pub(crate) async fn recent_windows(
         &self,
         quota: Option<&str>,
         hours: i32,
@@ -310,7 +310,7 @@ pub struct UsageRow {
 
 impl Store {
     /// Tallies of flows still in observe mode, per hour of the last `hours`.
-    pub async fn observe_tallies(
+    pub(crate) async fn observe_tallies(
         &self,
         quota: Option<&str>,
         hours: i32,
@@ -320,7 +320,7 @@ impl Store {
             .await
     }
 
-    pub async fn current_usage(&self) -> Result<Vec<UsageRow>, sqlx::Error> {
+    pub(crate) async fn current_usage(&self) -> Result<Vec<UsageRow>, sqlx::Error> {
         sqlx::query_file_as!(UsageRow, "sql/current_usage.sql")
             .fetch_all(self.pool())
             .await

@@ -61,7 +61,11 @@ impl Store {
     }
 
     /// Deletes a route class and its admission counts.
-    pub async fn delete_route_class(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
+    pub(crate) async fn delete_route_class(
+        &self,
+        actor: &str,
+        name: &str,
+    ) -> Result<(), CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let deleted = sqlx::query_file!("sql/delete_route_class.sql", name)
             .execute(&mut *tx)
@@ -79,7 +83,7 @@ impl Store {
             .await
     }
 
-    pub async fn list_route_classes(&self) -> Result<Vec<RouteClassRow>, sqlx::Error> {
+    pub(crate) async fn list_route_classes(&self) -> Result<Vec<RouteClassRow>, sqlx::Error> {
         sqlx::query_file_as!(RouteClassRow, "sql/list_route_classes.sql", None::<String>)
             .fetch_all(self.pool())
             .await

@@ -10,7 +10,7 @@ impl Store {
     /// Reads the tables in one transaction so the snapshot is consistent.
     /// Every replica does so every 2 s: the reads take what a decision uses
     /// and nothing more (`sql/catalog_quotas.sql`).
-    pub async fn load_catalog(&self) -> Result<Snapshot, sqlx::Error> {
+    pub(crate) async fn load_catalog(&self) -> Result<Snapshot, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         let quotas = sqlx::query_file!("sql/catalog_quotas.sql")
             .fetch_all(&mut *tx)

@@ -71,7 +71,7 @@ pub struct ClaimGroup<'a> {
 
 impl Claimant {
     /// Items a whole group of claimants may lease.
-    pub fn most_items(claimants: &[Claimant]) -> i64 {
+    pub(crate) fn most_items(claimants: &[Claimant]) -> i64 {
         claimants.iter().map(|claimant| claimant.max).sum()
     }
 }
@@ -107,7 +107,7 @@ impl Store {
     /// cadence tokens on a cadence quota), in a statement of its own:
     /// committed at once, so no claim holds the window row while it looks
     /// for items. The caller guards `ceiling < 1`.
-    pub async fn take_for_claim(
+    pub(crate) async fn take_for_claim(
         &self,
         quota: &QuotaRule,
         want: i64,
@@ -133,7 +133,7 @@ impl Store {
     /// Which of `enforced` flows have claimable work outside the bypass
     /// horizon: a hint that spares a claim a take on quotas with nothing to
     /// claim. Locks nothing.
-    pub async fn busy_flows(
+    pub(crate) async fn busy_flows(
         &self,
         worker_flows: Option<&[String]>,
         horizon_seconds: f64,

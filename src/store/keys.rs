@@ -41,21 +41,21 @@ impl Store {
         Ok((row.id, row.created_at))
     }
 
-    pub async fn list_keys(&self) -> Result<Vec<KeyRow>, sqlx::Error> {
+    pub(crate) async fn list_keys(&self) -> Result<Vec<KeyRow>, sqlx::Error> {
         sqlx::query_file_as!(KeyRow, "sql/key_list.sql")
             .fetch_all(self.pool())
             .await
     }
 
     /// When the key was revoked; `None`: there is no such key.
-    pub async fn revoke_key(&self, id: i64) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    pub(crate) async fn revoke_key(&self, id: i64) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
         let row = sqlx::query_file!("sql/key_revoke.sql", id)
             .fetch_optional(self.pool())
             .await?;
         Ok(row.map(|r| r.revoked_at))
     }
 
-    pub async fn active_keys(&self) -> Result<Vec<ActiveKey>, sqlx::Error> {
+    pub(crate) async fn active_keys(&self) -> Result<Vec<ActiveKey>, sqlx::Error> {
         sqlx::query_file_as!(ActiveKey, "sql/keys_active.sql")
             .fetch_all(self.pool())
             .await

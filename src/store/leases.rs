@@ -37,7 +37,7 @@ impl Store {
 
     /// [`release_lease`](Self::release_lease) on behalf of a caller that says
     /// whose lease it is: one held by another flow or quota stays held.
-    pub async fn release_held_lease(
+    pub(crate) async fn release_held_lease(
         &self,
         lease_id: i64,
         held_seconds: Option<f64>,

@@ -62,7 +62,7 @@ pub struct Store {
 
 /// What the conditional upsert answered.
 #[derive(Clone, Copy, Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     pub clock: ClockReading,
     /// The window's count after this reservation; `None` when it was refused.
     pub count_after: Option<i64>,
@@ -86,7 +86,7 @@ impl Store {
         &self.pool
     }
 
-    pub async fn read_clock(&self) -> Result<ClockReading, sqlx::Error> {
+    pub(crate) async fn read_clock(&self) -> Result<ClockReading, sqlx::Error> {
         let row = sqlx::query_file!("sql/db_clock.sql")
             .fetch_one(&self.pool)
             .await?;
@@ -96,7 +96,7 @@ impl Store {
     /// Ready: the store answers and every migration of this build is applied
     /// (by version: a database that applied other migrations, e.g. those the
     /// baseline replaced, is not ready for this build).
-    pub async fn is_ready(&self) -> bool {
+    pub(crate) async fn is_ready(&self) -> bool {
         let versions: Vec<i64> = MIGRATOR
             .iter()
             .filter(|m| !m.migration_type.is_down_migration())

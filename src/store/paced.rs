@@ -58,7 +58,7 @@ pub struct PacedTake {
 impl PacedTake {
     /// What the take read of when each limit lifts: the answer of a
     /// refusal is `Deferral::by` on it.
-    pub fn outlook(&self) -> Outlook {
+    pub(crate) fn outlook(&self) -> Outlook {
         Outlook {
             clock: self.clock,
             bucket: self.bucket,

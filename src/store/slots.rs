@@ -48,7 +48,7 @@ impl Take {
     /// the slots, for a claim that wanted `wanted`. Only a claim that got
     /// less than it wanted hears what stopped the take: a claim served in
     /// full was held back by nothing, whatever its neighbours got.
-    pub fn share_of(self, share: i64, wanted: i64) -> Take {
+    pub(crate) fn share_of(self, share: i64, wanted: i64) -> Take {
         Take {
             taken: share,
             stopped_by: if share < wanted {
@@ -143,7 +143,12 @@ impl Store {
     /// Gives back slots a take got that no request uses. A failure leaves
     /// them counted as spent — an over-count, never an under-count — and is
     /// logged here, once, for every path that gives back.
-    pub async fn give_back_unused(&self, quota: &str, window_start: DateTime<Utc>, slots: i64) {
+    pub(crate) async fn give_back_unused(
+        &self,
+        quota: &str,
+        window_start: DateTime<Utc>,
+        slots: i64,
+    ) {
         if slots < 1 {
             return;
         }

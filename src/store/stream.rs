@@ -33,20 +33,20 @@ pub struct FlowShare {
 }
 
 impl Store {
-    pub async fn join_stream(&self, flows: &[String]) -> Result<i64, sqlx::Error> {
+    pub(crate) async fn join_stream(&self, flows: &[String]) -> Result<i64, sqlx::Error> {
         sqlx::query_file_scalar!("sql/stream_join.sql", flows)
             .fetch_one(self.pool())
             .await
     }
 
-    pub async fn beat_stream(&self, id: i64, flows: &[String]) -> Result<(), sqlx::Error> {
+    pub(crate) async fn beat_stream(&self, id: i64, flows: &[String]) -> Result<(), sqlx::Error> {
         sqlx::query_file!("sql/stream_beat.sql", id, flows)
             .execute(self.pool())
             .await?;
         Ok(())
     }
 
-    pub async fn leave_stream(&self, id: i64) -> Result<(), sqlx::Error> {
+    pub(crate) async fn leave_stream(&self, id: i64) -> Result<(), sqlx::Error> {
         sqlx::query_file!("sql/stream_leave.sql", id)
             .execute(self.pool())
             .await?;
@@ -54,7 +54,10 @@ impl Store {
     }
 
     /// The quotas `flows` spend, by name.
-    pub async fn stream_shares(&self, flows: &[String]) -> Result<Vec<QuotaShare>, sqlx::Error> {
+    pub(crate) async fn stream_shares(
+        &self,
+        flows: &[String],
+    ) -> Result<Vec<QuotaShare>, sqlx::Error> {
         let rows = sqlx::query_file!("sql/stream_shares.sql", flows)
             .fetch_all(self.pool())
             .await?;

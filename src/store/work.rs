@@ -95,7 +95,7 @@ impl Candidate {
 }
 
 /// Which claimable items one candidate query looks at.
-pub struct Lane<'a> {
+pub(crate) struct Lane<'a> {
     /// Items of these flows, outside the bypass horizon.
     pub flows: &'a [String],
     /// The worker's flows; `None`: all.
@@ -105,7 +105,7 @@ pub struct Lane<'a> {
 
 /// What a claim sees before it takes any slot.
 #[derive(Debug, Default)]
-pub struct FirstLook {
+pub(crate) struct FirstLook {
     /// Items inside the bypass horizon, locked.
     pub due: Vec<Candidate>,
     /// Items of flows the arbiter does not throttle, locked.
@@ -129,7 +129,7 @@ pub struct Backlog {
 
 /// How a worker finishes a claimed item.
 #[derive(Clone, Copy, Debug)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// Emitted: done.
     Done,
     /// Not emitted: pending again once the delay has passed.
@@ -138,7 +138,7 @@ pub enum Finish {
 
 /// When a released item may be claimed again.
 #[derive(Clone, Copy, Debug)]
-pub enum RetryDelay {
+pub(crate) enum RetryDelay {
     /// The default backoff, which grows with the item's attempts.
     Backoff,
     After(Duration),
@@ -149,10 +149,10 @@ pub enum RetryDelay {
 /// further claim, at most 1 h. Every claim spends a slot, so an item whose
 /// emission keeps failing costs about one slot an hour once the backoff is
 /// at its cap, instead of one per loop of its worker.
-pub const RELEASE_BACKOFF_BASE: Duration = Duration::from_secs(5);
-pub const RELEASE_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+pub(crate) const RELEASE_BACKOFF_BASE: Duration = Duration::from_secs(5);
+pub(crate) const RELEASE_BACKOFF_CAP: Duration = Duration::from_secs(3600);
 /// The furthest ahead a release may push an item, whatever it asks for.
-pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Store {
     /// Enqueues a group of items in one statement; per item, in order,
@@ -213,7 +213,7 @@ impl Store {
     /// again after its retry delay); `None` when `worker` does not hold its
     /// claim. With the item comes the in-flight place lease its claim held,
     /// which the caller frees.
-    pub async fn finish_work(
+    pub(crate) async fn finish_work(
         &self,
         id: i64,
         worker: &str,

@@ -41,7 +41,7 @@ impl QuotaSettings {
     }
 
     /// The checks every quota passes, whichever surface wrote it.
-    pub fn validated(self) -> Result<Self, String> {
+    pub(crate) fn validated(self) -> Result<Self, String> {
         validate_limits(self.hourly_ceiling, self.rate, self.burst)?;
         if self
             .max_in_flight
@@ -135,7 +135,7 @@ pub struct QuotaPatch {
 impl QuotaPatch {
     /// The settings after the patch; a quota that does not exist yet starts
     /// from [`QuotaSettings::sized`].
-    pub fn applied_to(
+    pub(crate) fn applied_to(
         self,
         current: Option<QuotaSettings>,
         default_ceiling: i64,
@@ -204,7 +204,7 @@ pub struct FlowSettings {
 impl FlowSettings {
     /// The checks every flow passes, whichever surface wrote it. A percent
     /// only means something in enforce mode, and 100 is stored as "all".
-    pub fn validated(mut self) -> Result<Self, String> {
+    pub(crate) fn validated(mut self) -> Result<Self, String> {
         if !(1..=9).contains(&self.priority) {
             return Err("`priority` must be between 1 and 9".into());
         }
@@ -309,7 +309,10 @@ pub enum FlowPatchError {
 }
 
 impl FlowPatch {
-    pub fn applied_to(self, current: Option<FlowSettings>) -> Result<FlowSettings, FlowPatchError> {
+    pub(crate) fn applied_to(
+        self,
+        current: Option<FlowSettings>,
+    ) -> Result<FlowSettings, FlowPatchError> {
         let current = match (current, &self.quota) {
             (Some(current), _) => current,
             (None, Patch::Set(quota)) => FlowSettings {
