@@ -19,6 +19,7 @@ pub mod reservations;
 pub(crate) mod shell;
 pub mod startup;
 pub mod store;
+pub(crate) mod supervise;
 pub mod tally;
 pub mod telemetry;
 pub mod work_registry;

@@ -92,6 +92,11 @@ struct OperationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    task: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FlowModeLabels {
     flow: String,
     quota: String,
@@ -159,6 +164,7 @@ pub struct Instruments {
     reserve_seconds: Histogram,
     claim_wait_seconds: Histogram,
     store_errors: Family<OperationLabels, Counter>,
+    background_restarts: Family<TaskLabels, Counter>,
     flow_mode: Family<FlowModeLabels, Gauge>,
     flow_enforce_percent: Family<FlowLabels, Gauge>,
     window_slots_spent: Family<QuotaLabels, Gauge>,
@@ -209,6 +215,12 @@ impl Metrics {
             "store_errors",
             "Store operations that failed or timed out",
             store_errors.clone(),
+        );
+        let background_restarts = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "background_restarts",
+            "Background tasks (catalog sync and listener, pruning, tally flush) started again after a panic",
+            background_restarts.clone(),
         );
         let flow_mode = Family::<FlowModeLabels, Gauge>::default();
         registry.register(
@@ -290,6 +302,7 @@ impl Metrics {
             reserve_seconds,
             claim_wait_seconds,
             store_errors,
+            background_restarts,
         };
         for operation in STORE_OPERATIONS {
             let labels = OperationLabels {
@@ -359,6 +372,18 @@ impl Metrics {
 
     pub(crate) fn record_claim_wait(&self, waited: std::time::Duration) {
         self.claim_wait_seconds.observe(waited.as_secs_f64());
+    }
+
+    /// A supervised background task (`crate::supervise`): its restarts
+    /// counted from zero.
+    pub(crate) fn count_background_restarts(&self, task: &'static str) {
+        create_at_zero(&self.background_restarts, &TaskLabels { task });
+    }
+
+    pub(crate) fn record_background_restart(&self, task: &'static str) {
+        self.background_restarts
+            .get_or_create(&TaskLabels { task })
+            .inc();
     }
 
     pub fn store_error(&self, operation: &str) {

@@ -23,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::reservations::Reservations;
 use crate::shell::Shell;
 use crate::store::{self, Store};
+use crate::supervise::supervise;
 use crate::tally::Ledger;
 use crate::work_registry::WorkRegistry;
 
@@ -173,12 +174,16 @@ impl Application {
             (Pruned::FullBuckets, FULL_BUCKET_GRACE),
             (Pruned::AdmitWindows, ADMIT_WINDOW_RETENTION),
         ];
-        let bootstrap = tokio::spawn(bootstrap(
-            config,
-            store.clone(),
-            catalog.clone(),
-            keys.clone(),
-        ));
+        // Every background task is supervised: a panic restarts it
+        // (`crate::supervise`) rather than leaving this replica with a
+        // catalog or a key ring that never changes again.
+        let metrics = state.metrics.clone();
+        let bootstrap = {
+            let (store, catalog, keys) = (store.clone(), catalog.clone(), keys.clone());
+            supervise("bootstrap", metrics.clone(), move || {
+                bootstrap(config.clone(), store.clone(), catalog.clone(), keys.clone())
+            })
+        };
         // Serve at once when the store is there; otherwise start not ready and
         // let the bootstrap task keep trying.
         let bootstrap_done = tokio::time::timeout(STARTUP_WAIT, async {
@@ -190,19 +195,32 @@ impl Application {
         if bootstrap_done.is_err() {
             tracing::warn!("store not ready at start-up; serving (not ready) and retrying");
         }
-        let background = vec![
-            bootstrap,
-            tokio::spawn(sync_loop(
-                store.clone(),
-                catalog.clone(),
-                keys.clone(),
-                clock,
-            )),
-            tokio::spawn(listen_loop(store.clone(), catalog, keys)),
-            tokio::spawn(prune_loop(store.clone(), retentions)),
-        ];
+        let sync = {
+            let (store, catalog, keys) = (store.clone(), catalog.clone(), keys.clone());
+            supervise("catalog_sync", metrics.clone(), move || {
+                sync_loop(store.clone(), catalog.clone(), keys.clone(), clock.clone())
+            })
+        };
+        let listen = {
+            let store = store.clone();
+            supervise("catalog_listen", metrics.clone(), move || {
+                listen_loop(store.clone(), catalog.clone(), keys.clone())
+            })
+        };
+        let prune = {
+            let store = store.clone();
+            supervise("prune", metrics.clone(), move || {
+                prune_loop(store.clone(), retentions)
+            })
+        };
+        let background = vec![bootstrap, sync, listen, prune];
         let (stop_flushing, stopped) = tokio::sync::watch::channel(false);
-        let flusher = tokio::spawn(flush_loop(store.clone(), ledger.clone(), stopped));
+        let flusher = {
+            let (store, ledger) = (store.clone(), ledger.clone());
+            supervise("tally_flush", metrics, move || {
+                flush_loop(store.clone(), ledger.clone(), stopped.clone())
+            })
+        };
         Ok(Self {
             listener,
             state,
