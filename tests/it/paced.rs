@@ -404,6 +404,47 @@ async fn concurrent_callers_never_hold_more_places_than_max_in_flight(pool: PgPo
     assert_eq!(live_leases(&pool, "api").await, 0, "every lease reported");
 }
 
+/// Callers that each hold at most one place of a quota with as many places
+/// are never deferred: a place a caller released is free for the next
+/// reservation, whoever makes it (issue 38 measured false `in_flight`
+/// deferrals in whole worker cycles; this is the cycle, under concurrency).
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn callers_holding_one_place_each_of_as_many_are_never_deferred(pool: PgPool) {
+    const CALLERS: i64 = 16;
+    const CYCLES: i64 = 25;
+    create_flow(&pool, "api", 100_000, "invoice", "enforce").await;
+    set_limits(&pool, "api", &format!("max_in_flight = {CALLERS}")).await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    let mut callers = Vec::new();
+    for _ in 0..CALLERS {
+        let app = app.clone();
+        callers.push(tokio::spawn(async move {
+            let mut refused = Vec::new();
+            for _ in 0..CYCLES {
+                let decision: Decision = app.reserve(json!({"flow": "invoice"})).await;
+                let Some(lease_id) = decision.lease_id else {
+                    refused.push(decision);
+                    continue;
+                };
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let report = json!({"flow": "invoice", "lease_id": lease_id.to_string()});
+                let answer = app.post_json("/v1/report", report).await;
+                assert_eq!(answer["released"], true, "{answer}");
+            }
+            refused
+        }));
+    }
+    for caller in callers {
+        let refused = caller.await.unwrap();
+        assert!(
+            refused.is_empty(),
+            "deferred with a place free: {refused:?}"
+        );
+    }
+    assert_eq!(current_count(&pool, "api").await, CALLERS * CYCLES);
+    assert_eq!(live_leases(&pool, "api").await, 0, "every place released");
+}
+
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn cadence_places_headroom_and_claims_together_never_over_grant(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
