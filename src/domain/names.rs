@@ -1,5 +1,5 @@
 //! Names of quotas and flows (design.md §2), parsed once where they come in —
-//! a request's body or path, a command's argument, the config file — so that
+//! a request's body, path or query, a command's argument — so that
 //! past that edge a [`QuotaName`] or a [`FlowName`] is known to be one, and
 //! a flow's name cannot be passed where a quota's is meant. The alphabet is
 //! `crate::domain::input::name`'s (the tables check the same).
@@ -8,13 +8,10 @@ use std::fmt;
 use std::ops::Deref;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize};
-
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-        #[serde(transparent)]
+        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
         pub struct $name(String);
 
         impl $name {
@@ -49,11 +46,6 @@ macro_rules! name_type {
             }
         }
 
-        impl AsRef<str> for $name {
-            fn as_ref(&self) -> &str {
-                &self.0
-            }
-        }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -70,18 +62,7 @@ macro_rules! name_type {
             }
         }
 
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let value = String::deserialize(d)?;
-                Self::parse(value).map_err(serde::de::Error::custom)
-            }
-        }
 
-        impl PartialEq<str> for $name {
-            fn eq(&self, other: &str) -> bool {
-                self.0 == other
-            }
-        }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
@@ -115,13 +96,5 @@ mod tests {
             assert!(FlowName::parse(bad).is_err(), "{bad:?}");
             assert!(bad.parse::<QuotaName>().is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn a_name_travels_as_a_plain_string_and_is_checked_when_read() {
-        let name: QuotaName = serde_json::from_str(r#""ppf""#).unwrap();
-        assert_eq!(serde_json::to_string(&name).unwrap(), r#""ppf""#);
-        let error = serde_json::from_str::<FlowName>(r#""a b""#).unwrap_err();
-        assert!(error.to_string().contains("must start with"), "{error}");
     }
 }
