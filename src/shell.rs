@@ -221,14 +221,8 @@ impl Shell {
         T: Answer,
         E: Into<StoreError>,
     {
-        // Not written as `run_as` on a mapped call: every decision goes
-        // through here, and a batch polls hundreds of these at once.
-        let started = Instant::now();
-        match tokio::time::timeout_at(self.ends(started), call).await {
-            Ok(Ok(answer)) => Ok(self.answered(operation, started, answer)),
-            Ok(Err(error)) => Err(self.failed(operation, error.into())),
-            Err(_) => Err(self.failed(operation, self.ran_out())),
-        }
+        self.run_as(operation, async { call.await.map_err(Into::into) })
+            .await
     }
 
     /// Runs `call` in place, within the time budget, keeping its own error
