@@ -4,4 +4,4 @@
 SELECT (SELECT min(valid_until) FROM quota_place WHERE quota = $1) AS "first_lease_expiry?",
        arbiter_now()                  AS "db_now!",
        window_start_of(arbiter_now()) AS "window_start!",
-       window_end_of(arbiter_now())   AS "window_end!"
+       window_end_of(arbiter_now()) AS "window_end!"

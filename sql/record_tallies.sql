@@ -1,5 +1,5 @@
 -- Add a batch of decision tallies (observation only, written off the hot path).
--- A NULL window means "the window the database clock is in now".
+-- A NULL window means "the hour the database clock is in now".
 INSERT INTO decision_tally AS d
     (window_start, quota, flow, granted, deferred, would_defer, bypassed, unthrottled,
      would_defer_with_deadline)

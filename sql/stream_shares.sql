@@ -1,4 +1,4 @@
--- The quotas the given flows spend: hourly ceiling, effective cadence
+-- The quotas the given flows spend: hourly ceiling (NULL without an hour), effective cadence
 -- (adaptive factor applied, NULL without cadence), live share-stream clients
 -- across replicas (heartbeat within 3 s), each client once per quota, and
 -- which of the given flows spend it with their fallback, by flow name.

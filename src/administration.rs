@@ -266,8 +266,9 @@ impl Administration {
                 rows.into_iter()
                     .map(|row| WindowUsage {
                         quota: row.quota,
+                        period: row.period,
                         count: row.count,
-                        hourly_ceiling: row.hourly_ceiling,
+                        ceiling: row.ceiling,
                         effective_rate: row.effective_rate,
                         effective_burst: row.effective_burst,
                     })

@@ -67,16 +67,17 @@ impl BypassDesk {
     pub fn grant(&self, request: &SlotRequest) -> Decision {
         let mut decision = Decision::new(Outcome::Bypassed, &request.flow);
         decision.window_start = self.clock.window_start();
+        decision.hour_start = decision.window_start;
         let rule = self.catalog.snapshot().and_then(|s| s.rule(&request.flow));
         if let Some(rule) = &rule {
             // The quota's policy is named; nothing is said of what is left
             // (this path never reads the count, design.md §4).
-            decision = decision.with_ceiling(rule.quota.ceiling_for(rule.flow.priority));
+            decision = decision.with_ceilings(&rule.quota, rule.flow.priority);
             decision.quota = Some(rule.quota.name.clone());
             decision.mode = Some(rule.flow.mode);
             self.ledger.spend_after_the_fact(
                 &rule.quota.name,
-                decision.window_start,
+                self.clock.spent_at(),
                 request.count,
             );
         }

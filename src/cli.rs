@@ -4,6 +4,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::auth::Role;
 use crate::domain::catalog::{Fallback, FlowPatch, Mode, Patch, QuotaPatch};
+use crate::domain::window::{parse_cli_window, WindowSpec};
 use crate::domain::{FlowName, QuotaName};
 
 #[derive(Debug, Parser)]
@@ -119,8 +120,14 @@ impl FlowArgs {
 #[derive(Debug, Args)]
 pub struct QuotaArgs {
     pub name: QuotaName,
+    /// The `1h` window's ceiling.
     #[arg(long)]
     pub hourly_ceiling: Option<i64>,
+    /// The quota's windows, replacing every one it has: PERIOD=CEILING or,
+    /// for 1d and 1mo, PERIOD=CEILING@ZONE; repeat for each
+    /// (`--window 1m=500 --window 1d=10000@America/Los_Angeles`).
+    #[arg(long = "window", value_parser = parse_cli_window)]
+    pub windows: Vec<WindowSpec>,
     /// Cadence: sustained tokens per second (with --burst).
     #[arg(long)]
     pub rate: Option<f64>,
@@ -147,6 +154,11 @@ impl QuotaArgs {
         let clear = &self.clear;
         Ok(QuotaPatch {
             hourly_ceiling: flag(clear, QuotaField::HourlyCeiling, self.hourly_ceiling)?,
+            windows: flag(
+                clear,
+                QuotaField::Windows,
+                (!self.windows.is_empty()).then(|| self.windows.clone()),
+            )?,
             rate: flag(clear, QuotaField::Rate, self.rate)?,
             burst: flag(clear, QuotaField::Burst, self.burst)?,
             adaptive: flag(clear, QuotaField::Adaptive, self.adaptive)?,
@@ -178,6 +190,7 @@ fn parse_fallback(text: &str) -> Result<Fallback, String> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuotaField {
     HourlyCeiling,
+    Windows,
     Rate,
     Burst,
     Adaptive,
@@ -187,8 +200,9 @@ pub enum QuotaField {
 }
 
 impl QuotaField {
-    const ALL: [QuotaField; 7] = [
+    const ALL: [QuotaField; 8] = [
         QuotaField::HourlyCeiling,
+        QuotaField::Windows,
         QuotaField::Rate,
         QuotaField::Burst,
         QuotaField::Adaptive,
@@ -200,6 +214,7 @@ impl QuotaField {
     fn name(self) -> &'static str {
         match self {
             QuotaField::HourlyCeiling => "hourly_ceiling",
+            QuotaField::Windows => "windows",
             QuotaField::Rate => "rate",
             QuotaField::Burst => "burst",
             QuotaField::Adaptive => "adaptive",

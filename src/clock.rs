@@ -28,6 +28,16 @@ impl DbClock {
         Some(reading.db_now + elapsed)
     }
 
+    /// When slots spent now are counted at (design.md §12: in every window
+    /// of their quota that instant falls in): the estimated database time,
+    /// to the second, while the last reported hour has not ended; `None`
+    /// once it has (the flush then counts them at the database's now).
+    pub fn spent_at(&self) -> Option<DateTime<Utc>> {
+        use chrono::SubsecRound;
+        self.window_start()?;
+        self.now().map(|now| now.trunc_subsecs(0))
+    }
+
     /// The window the database clock is estimated to be in, while the last
     /// reported window has not ended; `None` once it has (until the next reading).
     pub fn window_start(&self) -> Option<DateTime<Utc>> {

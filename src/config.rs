@@ -244,7 +244,7 @@ impl Config {
             key: key.to_string(),
             why,
         };
-        crate::domain::catalog::validate_limits(self.hourly_ceiling, None, None)
+        crate::domain::catalog::validate_ceiling("hourly_ceiling", self.hourly_ceiling)
             .map_err(|why| invalid("hourly_ceiling", why))?;
         if self.store_timeout > Duration::from_millis(1900) || self.store_timeout.is_zero() {
             return Err(invalid(

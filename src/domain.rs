@@ -17,6 +17,7 @@ pub mod input;
 pub mod names;
 pub mod ratelimit_fields;
 pub mod rationing;
+pub mod window;
 
 pub use names::{FlowName, QuotaName};
 

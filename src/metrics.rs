@@ -37,7 +37,6 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const STORE_OPERATIONS: &[&str] = &[
     "admit",
     "reserve",
-    "read_clock",
     "take_slots",
     "claim_work",
     "work_backlog",
@@ -122,16 +121,24 @@ struct AdmitLabels {
     outcome: String,
 }
 
+/// One window of a quota: its quota and its period (`1m`, `1h`, `1d`, …).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowLabels {
+    quota: String,
+    period: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
     state: String,
 }
 
-/// Current usage of one quota's window, as read at scrape time.
+/// Current usage of one window of a quota, as read at scrape time.
 pub struct WindowUsage {
     pub quota: String,
+    pub period: String,
     pub count: i64,
-    pub hourly_ceiling: i64,
+    pub ceiling: i64,
     /// Cadence in force (after adaptive shrinking), when the quota has one.
     pub effective_rate: Option<f64>,
     pub effective_burst: Option<f64>,
@@ -167,8 +174,8 @@ pub struct Instruments {
     background_restarts: Family<TaskLabels, Counter>,
     flow_mode: Family<FlowModeLabels, Gauge>,
     flow_enforce_percent: Family<FlowLabels, Gauge>,
-    window_slots_spent: Family<QuotaLabels, Gauge>,
-    window_ceiling: Family<QuotaLabels, Gauge>,
+    window_slots_spent: Family<WindowLabels, Gauge>,
+    window_ceiling: Family<WindowLabels, Gauge>,
     pool_connections: Family<PoolLabels, Gauge>,
     pool_max_connections: Gauge,
     effective_rate: Family<QuotaLabels, Gauge<f64, AtomicU64>>,
@@ -234,17 +241,17 @@ impl Metrics {
             "Share (percent) of a flow's over-ceiling decisions deferred: 100 enforced, 1-99 partly enforced, 0 in observe or count",
             flow_enforce_percent.clone(),
         );
-        let window_slots_spent = Family::<QuotaLabels, Gauge>::default();
+        let window_slots_spent = Family::<WindowLabels, Gauge>::default();
         // Not `window_count`: a `_count` suffix belongs to histograms and summaries.
         registry.register(
             "window_slots_spent",
-            "Slots spent in the current UTC-hour window, by quota",
+            "Slots spent in the current window, by quota and period",
             window_slots_spent.clone(),
         );
-        let window_ceiling = Family::<QuotaLabels, Gauge>::default();
+        let window_ceiling = Family::<WindowLabels, Gauge>::default();
         registry.register(
             "window_ceiling",
-            "Hourly ceiling of each quota",
+            "Ceiling of each window of each quota, by quota and period",
             window_ceiling.clone(),
         );
         let pool_connections = Family::<PoolLabels, Gauge>::default();
@@ -460,12 +467,16 @@ impl Metrics {
             let labels = QuotaLabels {
                 quota: window.quota.clone(),
             };
+            let per_window = WindowLabels {
+                quota: window.quota.clone(),
+                period: window.period.clone(),
+            };
             self.window_slots_spent
-                .get_or_create(&labels)
+                .get_or_create(&per_window)
                 .set(window.count);
             self.window_ceiling
-                .get_or_create(&labels)
-                .set(window.hourly_ceiling);
+                .get_or_create(&per_window)
+                .set(window.ceiling);
             if let (Some(rate), Some(burst)) = (window.effective_rate, window.effective_burst) {
                 self.effective_rate.get_or_create(&labels).set(rate);
                 self.effective_burst.get_or_create(&labels).set(burst);

@@ -118,7 +118,15 @@ pub async fn change_quota(store: &Store, config: &Config, args: &QuotaArgs) -> a
     .into_iter()
     .flatten()
     .collect();
-    println!("{} hourly_ceiling={}{line}", row.name, row.hourly_ceiling);
+    let windows: Vec<String> = row
+        .windows
+        .iter()
+        .map(|w| match &w.zone {
+            Some(zone) => format!("{}={}@{zone}", w.period, w.ceiling),
+            None => format!("{}={}", w.period, w.ceiling),
+        })
+        .collect();
+    println!("{} windows={}{line}", row.name, windows.join(","));
     Ok(())
 }
 
@@ -162,10 +170,10 @@ pub async fn windows(store: &Store, quota: Option<&str>, last: i32) -> anyhow::R
     for w in &rows {
         println!(
             "{:<16} {:<20} {:>8} {:>8} {:>8} {:>8} {:>11} {:>8} {:>11}",
-            w.quota,
+            format!("{} {}", w.quota, w.period),
             w.window_start.format("%Y-%m-%d %H:%MZ"),
             w.count,
-            w.hourly_ceiling,
+            w.ceiling.map_or_else(|| "-".to_string(), |c| c.to_string()),
             w.granted,
             w.deferred,
             w.would_defer,

@@ -71,7 +71,7 @@ pub(crate) async fn observe_report(
         .list_quotas()
         .await?
         .into_iter()
-        .map(|q| (q.name, q.hourly_ceiling))
+        .map(|q| (q.name, q.hourly_ceiling.unwrap_or(0)))
         .collect();
     let rows = store.observe_tallies(quota, since_hours).await?;
     let oldest_tally = store.oldest_tally(quota).await?;

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use crate::catalog::Catalog;
 use crate::clock::DbClock;
 use crate::domain::catalog::{Handling, Rule};
-use crate::domain::decision::{Decision, Deferral, Outcome, SlotRequest};
+use crate::domain::decision::{Decision, Outcome, SlotRequest};
 use crate::metrics::Metrics;
 use crate::shell::{Operation, Shell};
 use crate::store::{Store, StoreError, Take};
@@ -95,18 +95,19 @@ impl Reservations {
     ) -> Decision {
         decision.outcome = Outcome::Unthrottled;
         decision.window_start = self.spend_after_the_fact(&rule.quota.name, count);
+        decision.hour_start = decision.window_start;
         decision
     }
 
     /// Slots spent without a reservation (count mode; a worker client's
-    /// local decisions, [`Reservations::count_local_decisions`]), added to the
-    /// window the database clock is in now: the one the answer names, not
-    /// the one the flush lands in; unknown (no recent reading): the flush's.
-    /// Returns that window.
+    /// local decisions, [`Reservations::count_local_decisions`]), added to
+    /// every window of the quota the database clock is in now: the ones the
+    /// answer names, not those the flush lands in; unknown (no recent
+    /// reading): the flush's. Returns the hour they are tallied in.
     pub fn spend_after_the_fact(&self, quota: &str, slots: i64) -> Option<DateTime<Utc>> {
-        let window_start = self.clock.window_start();
-        self.ledger.spend_after_the_fact(quota, window_start, slots);
-        window_start
+        self.ledger
+            .spend_after_the_fact(quota, self.clock.spent_at(), slots);
+        self.clock.window_start()
     }
 
     /// A worker client's local decisions, reported once the arbiter answers
@@ -134,26 +135,26 @@ impl Reservations {
         rule: &Rule,
         request: &SlotRequest,
     ) -> Result<Decision, StoreError> {
-        if rule.quota.ceiling_for(rule.flow.priority) < 1 {
-            // The guard runs before the upsert, whose insert branch would
-            // otherwise be the only thing between a zero ceiling and a grant.
-            let clock = self.read_clock().await?;
-            return Ok(decision.deferred_on_budget(&clock));
-        }
+        // A window whose ceiling is below 1 for the flow refuses in the take
+        // itself: it computes every window's room from its locked count
+        // before it writes anything (design.md §3.3).
         let reservation = self.reserve_enforced(rule, request).await?;
         let clock = reservation.clock;
-        let mut decision = match (reservation.count_after, reservation.refusal) {
-            (Some(count_after), _) => {
-                let mut decision = decision.counted(count_after, &clock);
+        let decision = decision.counted_in(&reservation.windows, reservation.spent, &clock);
+        let decision = match (reservation.spent, reservation.refusal) {
+            (Some(_), _) => {
+                let mut decision = decision;
                 decision.lease_id = reservation.lease.map(|l| l.id);
                 decision.valid_until = reservation.lease.map(|l| l.valid_until);
                 decision
             }
-            (None, refusal)
+            (None, Some(refusal))
                 if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) =>
             {
-                let refusal = refusal.unwrap_or_else(|| Deferral::budget(&clock));
                 decision.deferred(&refusal, clock.db_now)
+            }
+            (None, None) if rollout_defers(rule.flow.enforce_percent, request, &self.unkeyed) => {
+                decision.deferred_until(clock.window_end, clock.db_now)
             }
             // Gradual rollout: the rest of the refusals are granted as observed.
             (None, _) => {
@@ -162,7 +163,6 @@ impl Reservations {
                 decision
             }
         };
-        decision.window_start = Some(clock.window_start);
         Ok(decision)
     }
 
@@ -179,13 +179,6 @@ impl Reservations {
             .coalescer
             .reserve(rule, request.count, request.deadline);
         self.shell.run(Operation::Reserve, reserved).await
-    }
-
-    /// The guard before a take for a ceiling below 1 answers a deferral
-    /// until the next window: it needs the database clock.
-    async fn read_clock(&self) -> Result<crate::domain::ClockReading, StoreError> {
-        let clock = self.store.read_clock();
-        self.shell.run(Operation::ReadClock, clock).await
     }
 
     /// How a take of `quota` (a batch's, a claim's) that no caller heard of
@@ -216,8 +209,9 @@ type GiveBack = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 /// Gives back a take of `quota` that no caller heard of.
 async fn give_back_unheard(store: Store, quota: String, unused: Result<Take, StoreError>) {
     if let Ok(take) = unused {
-        let window = take.clock.window_start;
-        store.give_back_unused(&quota, window, take.taken).await;
+        store
+            .give_back_unused(&quota, &take.windows, take.taken)
+            .await;
     }
 }
 
@@ -225,7 +219,7 @@ async fn give_back_unheard(store: Store, quota: String, unused: Result<Take, Sto
 /// priority may reach (the answer's policy): what every path decides from.
 pub(crate) fn with_rule(rule: &Rule) -> Decision {
     let mut decision = Decision::new(Outcome::Granted, &rule.flow.name)
-        .with_ceiling(rule.quota.ceiling_for(rule.flow.priority));
+        .with_ceilings(&rule.quota, rule.flow.priority);
     decision.quota = Some(rule.quota.name.clone());
     decision.mode = Some(rule.flow.mode);
     decision

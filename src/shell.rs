@@ -42,7 +42,6 @@ const LATE_LIMIT: Duration = Duration::from_secs(60);
 pub(crate) enum Operation {
     Reserve,
     Admit,
-    ReadClock,
     TakeSlots,
     ClaimWork,
     WorkBacklog,
@@ -64,7 +63,6 @@ impl Operation {
         match self {
             Operation::Reserve => "reserve",
             Operation::Admit => "admit",
-            Operation::ReadClock => "read_clock",
             Operation::TakeSlots => "take_slots",
             Operation::ClaimWork => "claim_work",
             Operation::WorkBacklog => "work_backlog",
@@ -415,10 +413,9 @@ mod tests {
     use super::*;
     use crate::metrics::STORE_OPERATIONS;
 
-    const ALL: [Operation; 17] = [
+    const ALL: [Operation; 16] = [
         Operation::Reserve,
         Operation::Admit,
-        Operation::ReadClock,
         Operation::TakeSlots,
         Operation::ClaimWork,
         Operation::WorkBacklog,
@@ -472,7 +469,8 @@ mod tests {
     fn reservation() -> Reservation {
         Reservation {
             clock: reading(),
-            count_after: Some(1),
+            windows: Vec::new(),
+            spent: Some(1),
             refusal: None,
             lease: None,
         }
@@ -482,7 +480,7 @@ mod tests {
         Take {
             clock: reading(),
             taken: 2,
-            count_after: Some(2),
+            windows: Vec::new(),
             stopped_by: None,
         }
     }
@@ -522,7 +520,7 @@ mod tests {
 
         // Not a decision: no time measured, the clock kept all the same.
         let (shell, metrics, clock) = shell_with(Duration::from_secs(5));
-        let read = shell.run(Operation::ReadClock, async {
+        let read = shell.run(Operation::ReadHistory, async {
             Ok::<_, sqlx::Error>(reading())
         });
         let read = read.await.unwrap();

@@ -118,7 +118,7 @@ impl Ledger {
         counts.would_defer = i64::from(decision.would_defer);
         counts.would_defer_with_deadline = i64::from(decision.would_defer && had_deadline);
         let key = TallyKey {
-            window_start: decision.window_start,
+            window_start: decision.hour_start,
             quota: decision.quota.clone(),
             flow: decision.flow.clone(),
         };
@@ -173,17 +173,14 @@ impl Ledger {
         self.add_to_quota(window_start, quota, flow, counts);
     }
 
-    /// Records slots spent without a reservation, to be added to their window.
-    pub fn spend_after_the_fact(
-        &self,
-        quota: &str,
-        window_start: Option<DateTime<Utc>>,
-        slots: i64,
-    ) {
+    /// Records slots spent without a reservation at `spent_at` (`None`: the
+    /// database's now when flushed), to be added to every window of their
+    /// quota that instant falls in.
+    pub fn spend_after_the_fact(&self, quota: &str, spent_at: Option<DateTime<Utc>>, slots: i64) {
         *self
             .lock()
             .slots
-            .entry((quota.to_string(), window_start))
+            .entry((quota.to_string(), spent_at))
             .or_default() += slots;
     }
 

@@ -98,8 +98,17 @@ pub async fn raw_claim_baseline(
             &[&flows, horizon, "1", &flows],
         ) + ";",
         with_literals(
-            include_str!("../../sql/take_slots.sql"),
-            &[&name, "1", &ceiling],
+            include_str!("../../sql/take_windows.sql"),
+            &[
+                &format!("ARRAY[{name}]"),
+                "ARRAY[1]",
+                "ARRAY[1]",
+                "ARRAY[1]",
+                "ARRAY['1h']",
+                "ARRAY[NULL::text]",
+                &format!("ARRAY[{ceiling}]"),
+                "false",
+            ],
         ) + ";",
         with_literals(
             include_str!("../../sql/work_candidates.sql"),

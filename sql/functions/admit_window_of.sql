@@ -1,5 +1,5 @@
--- The start of the window of `seconds` (dividing an hour) that `ts` is in:
--- aligned on the UTC hour, so every replica and every class agree
+-- The start of the admission window of `seconds` (dividing an hour) that `ts`
+-- is in: aligned on the UTC hour, so every replica and every class agree
 -- (window_start_of() says why the body goes through UTC wall time: so the
 -- planner can inline it).
 CREATE OR REPLACE FUNCTION admit_window_of(ts timestamptz, seconds integer) RETURNS timestamptz

@@ -1,5 +1,5 @@
--- What happened in each quota's last 24 windows, by outcome?
-SELECT quota, window_start, count, hourly_ceiling, over_ceiling,
+-- What happened in each quota's recent windows, by outcome (tallies per hour)?
+SELECT quota, period, window_start, count, ceiling, over_ceiling,
        granted, deferred, would_defer, bypassed, unthrottled
 FROM quota_recent_windows
-ORDER BY quota, window_start DESC;
+ORDER BY quota, period, window_start DESC;

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::admission::RouteClass;
+use crate::domain::window::{Period, WindowRule};
 
 mod settings;
 
@@ -18,17 +19,16 @@ pub use settings::{
 
 pub use crate::domain::input::{name as validate_name, MAX_NAME_LEN};
 pub use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
-/// Checks a quota's limits; the same bounds as the table's CHECKs.
-pub(crate) fn validate_limits(
-    hourly_ceiling: i64,
-    rate: Option<f64>,
-    burst: Option<f64>,
-) -> Result<(), String> {
-    if !(0..=MAX_CEILING).contains(&hourly_ceiling) {
-        return Err(format!(
-            "`hourly_ceiling` must be between 0 and {MAX_CEILING}"
-        ));
+/// Checks a ceiling; the same bounds as the table's CHECK.
+pub(crate) fn validate_ceiling(field: &str, ceiling: i64) -> Result<(), String> {
+    if !(0..=MAX_CEILING).contains(&ceiling) {
+        return Err(format!("`{field}` must be between 0 and {MAX_CEILING}"));
     }
+    Ok(())
+}
+
+/// Checks a cadence; the same bounds as the table's CHECKs.
+pub(crate) fn validate_cadence(rate: Option<f64>, burst: Option<f64>) -> Result<(), String> {
     match (rate, burst) {
         (Some(rate), Some(burst))
             if rate > 0.0 && rate <= MAX_RATE && (1.0..=MAX_BURST).contains(&burst) =>
@@ -82,7 +82,8 @@ impl FromStr for Mode {
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuotaRule {
     pub name: String,
-    pub hourly_ceiling: i64,
+    /// Its windows, shortest first (design.md §12); none: no budget.
+    pub windows: Vec<WindowRule>,
     pub cadence: Option<Cadence>,
     pub max_in_flight: Option<i32>,
     /// Headroom: share (percent) of the ceiling open to priority 2 and 3 flows.
@@ -108,17 +109,39 @@ impl QuotaRule {
         self.cadence.is_none() && self.max_in_flight.is_none()
     }
 
-    /// The part of the ceiling a flow of `priority` may use: lower priorities
-    /// stop short of the top of the window when the quota reserves headroom.
-    pub(crate) fn ceiling_for(&self, priority: i16) -> i64 {
-        let share = match priority {
+    /// The share (percent) of each window's ceiling a flow of `priority`
+    /// may use: lower priorities stop short of the top of every window when
+    /// the quota reserves headroom. `None`: all of it.
+    pub(crate) fn share_for(&self, priority: i16) -> Option<i16> {
+        match priority {
             ..=1 => None,
             2 => self.priority2_share,
             _ => self.priority3_share.or(self.priority2_share),
-        };
-        share.map_or(self.hourly_ceiling, |percent| {
-            self.hourly_ceiling * i64::from(percent.clamp(0, 100)) / 100
-        })
+        }
+    }
+
+    /// The count a flow of `priority` may reach in each window, in the
+    /// order of [`QuotaRule::windows`].
+    pub(crate) fn ceilings_for(&self, priority: i16) -> Vec<i64> {
+        let share = self.share_for(priority);
+        self.windows.iter().map(|w| w.ceiling_for(share)).collect()
+    }
+
+    /// The window answers name (design.md §12): the hour when the quota has
+    /// one, else the shortest; `None` without windows.
+    pub fn primary_window(&self) -> Option<usize> {
+        self.windows
+            .iter()
+            .position(|w| w.period == Period::HOUR)
+            .or((!self.windows.is_empty()).then_some(0))
+    }
+
+    /// The `1h` window's ceiling, which answers and views call `hourly_ceiling`.
+    pub fn hourly_ceiling(&self) -> Option<i64> {
+        self.windows
+            .iter()
+            .find(|w| w.period == Period::HOUR)
+            .map(|w| w.ceiling)
     }
 }
 
@@ -258,7 +281,14 @@ mod tests {
     fn quota(priority2_share: Option<i16>, priority3_share: Option<i16>) -> QuotaRule {
         QuotaRule {
             name: "ppf".into(),
-            hourly_ceiling: 1000,
+            windows: vec![
+                WindowRule::hour(1000),
+                WindowRule {
+                    period: Period::parse("1d").unwrap(),
+                    ceiling: 5000,
+                    zone: None,
+                },
+            ],
             cadence: None,
             max_in_flight: None,
             priority2_share,
@@ -269,18 +299,39 @@ mod tests {
     #[test]
     fn each_priority_stops_at_its_own_share_of_the_ceiling() {
         let shared = quota(Some(90), Some(80));
-        let ceilings: Vec<i64> = (0..=4).map(|p| shared.ceiling_for(p)).collect();
-        assert_eq!(ceilings, [1000, 1000, 900, 800, 800]);
+        let ceilings: Vec<Vec<i64>> = (0..=4).map(|p| shared.ceilings_for(p)).collect();
+        assert_eq!(
+            ceilings,
+            [
+                [1000, 5000],
+                [1000, 5000],
+                [900, 4500],
+                [800, 4000],
+                [800, 4000]
+            ]
+        );
         // Priority 3 without a share of its own stops where priority 2 does.
-        assert_eq!(quota(Some(90), None).ceiling_for(3), 900);
-        assert_eq!(quota(None, None).ceiling_for(3), 1000);
+        assert_eq!(quota(Some(90), None).ceilings_for(3), [900, 4500]);
+        assert_eq!(quota(None, None).ceilings_for(3), [1000, 5000]);
+    }
+
+    #[test]
+    fn answers_name_the_hour_else_the_shortest_window() {
+        let mut stacked = quota(None, None);
+        assert_eq!(stacked.primary_window(), Some(0));
+        assert_eq!(stacked.hourly_ceiling(), Some(1000));
+        stacked.windows.remove(0);
+        assert_eq!(stacked.primary_window(), Some(0));
+        assert_eq!(stacked.hourly_ceiling(), None);
+        stacked.windows.clear();
+        assert_eq!(stacked.primary_window(), None);
     }
 
     #[test]
     fn a_decision_routes_by_the_catalog_and_the_flows_mode() {
         let quota = QuotaRule {
             name: "ppf".into(),
-            hourly_ceiling: 10,
+            windows: vec![WindowRule::hour(10)],
             cadence: None,
             max_in_flight: None,
             priority2_share: None,

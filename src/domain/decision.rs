@@ -5,8 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::domain::catalog::Mode;
+use crate::domain::catalog::{Mode, QuotaRule};
 use crate::domain::ratelimit_fields::whole_seconds;
+use crate::domain::window::{Period, Reopening, WindowCount};
 use crate::domain::{ClockReading, FlowName};
 
 /// Largest `count` one reservation may ask for: one business operation that
@@ -76,18 +77,55 @@ pub struct Decision {
     #[schema(schema_with = crate::domain::input::exact_id::optional_schema)]
     pub lease_id: Option<i64>,
     pub valid_until: Option<DateTime<Utc>>,
+    /// A deferral (or would-be deferral) by the budget: the period of the
+    /// window that refused; of several, the one that reopens last.
+    pub period: Option<String>,
+    /// Every window of the flow's quota as this decision left it
+    /// (design.md §12); `null` for a flow the arbiter does not know.
+    pub windows: Option<Vec<WindowState>>,
     /// The flow's quota as the answer's RateLimit fields describe it
     /// (design.md §4); not part of the body.
     #[serde(skip)]
     pub quota_limit: Option<QuotaLimit>,
+    /// The UTC hour of the database clock when decided: decisions are
+    /// tallied per hour, whatever the quota's windows; not part of the body.
+    #[serde(skip)]
+    pub hour_start: Option<DateTime<Utc>>,
 }
 
-/// A reservation's quota in the terms of the RateLimit fields: the policy's
-/// `q` per hourly window, and what this decision left of it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuotaLimit {
-    /// The count the flow's priority may reach in a window.
+/// One window of the flow's quota in an answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WindowState {
+    pub quota: String,
+    /// `1m`, `1h`, `1d`, `1mo` …
+    pub period: String,
+    pub window_start: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    /// The count the flow's priority may reach in the window.
     pub ceiling: i64,
+    /// Slots the flow may still reserve in the window once this decision is
+    /// counted; `null` where no count of the store backs the answer.
+    pub left: Option<i64>,
+}
+
+/// A reservation's quota in the terms of the RateLimit fields: one policy
+/// per window, in the order of the quota's windows (shortest first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaLimit {
+    pub windows: Vec<WindowLimit>,
+}
+
+/// One window as a RateLimit policy: its `q`, its `w`, and what this
+/// decision left of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowLimit {
+    /// The policy's name: the quota's for its hour (as before windows
+    /// stacked), `quota-period` for any other window (`ppf-1d`).
+    pub name: String,
+    /// The count the flow's priority may reach in the window.
+    pub ceiling: i64,
+    /// The window's nominal length in seconds (a month: 30 days).
+    pub seconds: u64,
     /// `None` when no count of the store backs this decision: then nothing
     /// is said about what is left rather than a guess.
     pub left: Option<SlotsLeft>,
@@ -112,6 +150,9 @@ pub struct SlotsLeft {
 pub struct Deferral {
     pub limit: Limit,
     pub retry_at: DateTime<Utc>,
+    /// A budget deferral: the period of the window that reopens last of
+    /// those that refused.
+    pub period: Option<Period>,
 }
 
 /// What a take read of when each limit lifts, by the database clock: the
@@ -126,6 +167,9 @@ pub struct Outlook {
     pub bucket: Option<(f64, f64)>,
     /// When the earliest live lease of the quota expires; `None`: none is live.
     pub first_lease_expiry: Option<DateTime<Utc>>,
+    /// The window that refused (the one that reopens last of those without
+    /// room): what a budget deferral waits for; `None`: the clock's hour.
+    pub reopening: Option<Reopening>,
 }
 
 impl Outlook {
@@ -135,7 +179,13 @@ impl Outlook {
             clock,
             bucket: None,
             first_lease_expiry: None,
+            reopening: None,
         }
+    }
+
+    /// The same, with `reopening` the window that refused an ask.
+    pub(crate) fn refused_by(self, reopening: Option<Reopening>) -> Self {
+        Self { reopening, ..self }
     }
 
     /// Whole tokens in the bucket when the take began; `None` without a cadence.
@@ -156,10 +206,9 @@ impl Outlook {
 }
 
 impl Deferral {
-    /// The window (as `clock` read it) has too little left: more comes when
-    /// it ends.
-    pub fn budget(clock: &ClockReading) -> Self {
-        Deferral::by(Limit::Budget, &Outlook::of_window(*clock), 0)
+    /// A window has too little left: more comes when it ends.
+    pub fn budget(reopening: Reopening) -> Self {
+        Deferral::by(Limit::Budget, &Outlook::of_window_end(reopening), 0)
     }
 
     /// When an ask refused by `limit` could succeed, `tokens` being the
@@ -169,16 +218,35 @@ impl Deferral {
     /// expires (a report may free one sooner; none live: now).
     pub fn by(limit: Limit, outlook: &Outlook, tokens: i64) -> Self {
         let retry_at = match limit {
-            Limit::Budget => outlook.clock.window_end,
+            Limit::Budget => outlook
+                .reopening
+                .map_or(outlook.clock.window_end, |window| window.at),
             Limit::Cadence => outlook.tokens_at(tokens),
             Limit::InFlight => outlook.first_lease_expiry.unwrap_or(outlook.clock.db_now),
         };
-        Deferral { limit, retry_at }
+        let period = match limit {
+            Limit::Budget => outlook.reopening.map(|window| window.period),
+            Limit::Cadence | Limit::InFlight => None,
+        };
+        Deferral {
+            limit,
+            retry_at,
+            period,
+        }
     }
 }
 
-/// Windows are one UTC hour (`window_start_of` in the schema).
-pub(crate) const QUOTA_WINDOW_SECONDS: u64 = 3600;
+impl Outlook {
+    /// Only the refusing window is known.
+    fn of_window_end(reopening: Reopening) -> Self {
+        let clock = ClockReading {
+            db_now: reopening.at,
+            window_start: reopening.at,
+            window_end: reopening.at,
+        };
+        Outlook::of_window(clock).refused_by(Some(reopening))
+    }
+}
 
 impl Decision {
     pub fn new(outcome: Outcome, flow: &str) -> Self {
@@ -194,38 +262,80 @@ impl Decision {
             limit: None,
             lease_id: None,
             valid_until: None,
+            period: None,
+            windows: None,
             quota_limit: None,
+            hour_start: None,
         }
     }
 
-    /// Names the ceiling the flow's priority may reach: the answer's policy.
-    pub(crate) fn with_ceiling(mut self, ceiling: i64) -> Self {
-        self.quota_limit = Some(QuotaLimit {
-            ceiling,
-            left: None,
-        });
+    /// Names the ceilings the flow's priority may reach in each window of
+    /// `quota`: the answer's policies.
+    pub(crate) fn with_ceilings(mut self, quota: &QuotaRule, priority: i16) -> Self {
+        let windows = quota
+            .windows
+            .iter()
+            .zip(quota.ceilings_for(priority))
+            .map(|(window, ceiling)| WindowLimit {
+                name: if window.period == Period::HOUR {
+                    quota.name.clone()
+                } else {
+                    window.policy_name(&quota.name)
+                },
+                ceiling,
+                seconds: window.period.nominal_seconds(),
+                left: None,
+            })
+            .collect();
+        self.quota_limit = Some(QuotaLimit { windows });
         self
     }
 
-    /// What is left once the window's count is `count_after` (this decision
-    /// included), as the store's `clock` read it; nothing when the ceiling
-    /// was never named.
-    pub fn counted(mut self, count_after: i64, clock: &ClockReading) -> Self {
-        if let Some(limit) = &mut self.quota_limit {
-            let to_end = (clock.window_end - clock.db_now).num_milliseconds() as f64 / 1e3;
-            limit.left = whole_seconds(to_end).map(|reset| SlotsLeft {
-                slots: u64::try_from(limit.ceiling - count_after).unwrap_or(0),
-                reset,
+    /// The windows as a take found them (`windows`, in the quota's order)
+    /// once `spent` more slots are counted in each (this decision's and
+    /// those granted before it in its group; `None`: nothing this decision
+    /// spent is known): the answer's `window_start` (the hour, else the
+    /// shortest window), its `windows`, and what is left of each policy.
+    /// `clock` is the database clock the take read.
+    pub fn counted_in(
+        mut self,
+        windows: &[WindowCount],
+        spent: Option<i64>,
+        clock: &ClockReading,
+    ) -> Self {
+        self.hour_start = Some(clock.window_start);
+        let primary = windows
+            .iter()
+            .position(|w| w.period == Period::HOUR)
+            .unwrap_or(0);
+        self.window_start = windows
+            .get(primary)
+            .map_or(Some(clock.window_start), |w| Some(w.window_start));
+        let Some(limit) = &mut self.quota_limit else {
+            return self;
+        };
+        let quota = self.quota.clone().unwrap_or_default();
+        let mut states = Vec::with_capacity(windows.len());
+        for (policy, window) in limit.windows.iter_mut().zip(windows) {
+            let left = spent.map(|spent| (policy.ceiling - window.count_before - spent).max(0));
+            let to_end = (window.window_end - clock.db_now).num_milliseconds() as f64 / 1e3;
+            policy.left = left.and_then(|left| {
+                whole_seconds(to_end).map(|reset| SlotsLeft {
+                    slots: u64::try_from(left).unwrap_or(0),
+                    reset,
+                })
+            });
+            states.push(WindowState {
+                quota: quota.clone(),
+                period: window.period.to_string(),
+                window_start: window.window_start,
+                ends_at: window.window_end,
+                ceiling: policy.ceiling,
+                left,
             });
         }
+        self.windows = Some(states);
         self
-    }
-
-    /// Deferred for want of room in the window `clock` read: until it ends.
-    pub(crate) fn deferred_on_budget(self, clock: &ClockReading) -> Self {
-        let mut decision = self.deferred(&Deferral::budget(clock), clock.db_now);
-        decision.window_start = Some(clock.window_start);
-        decision
     }
 
     /// Deferred by `deferral`'s limit until its retry time, given the
@@ -233,6 +343,7 @@ impl Decision {
     pub fn deferred(self, deferral: &Deferral, db_now: DateTime<Utc>) -> Self {
         let mut decision = self.deferred_until(deferral.retry_at, db_now);
         decision.limit = Some(deferral.limit);
+        decision.period = deferral.period.map(|p| p.to_string());
         decision
     }
 
@@ -243,12 +354,14 @@ impl Decision {
         self.retry_at = Some(retry_at);
         self.retry_after_seconds = Some(seconds);
         // Whatever deferred it, nothing is left until Retry-After: the
-        // RateLimit field says the same (design.md §4).
+        // RateLimit field says the same of every window (design.md §4).
         if let Some(limit) = &mut self.quota_limit {
-            limit.left = Some(SlotsLeft {
-                slots: 0,
-                reset: seconds as u64,
-            });
+            for window in &mut limit.windows {
+                window.left = Some(SlotsLeft {
+                    slots: 0,
+                    reset: seconds as u64,
+                });
+            }
         }
         self
     }
@@ -272,28 +385,109 @@ mod tests {
     }
 
     fn left(decision: &Decision) -> Option<SlotsLeft> {
-        decision.quota_limit.and_then(|limit| limit.left)
+        let limit = decision.quota_limit.as_ref()?;
+        limit
+            .windows
+            .iter()
+            .filter_map(|w| w.left)
+            .min_by_key(|l| l.slots)
+    }
+
+    /// A quota of a minute of 10 and an hour of 100, for a flow of priority 1.
+    fn stacked() -> QuotaRule {
+        QuotaRule {
+            name: "llm".into(),
+            windows: vec![
+                crate::domain::window::WindowRule {
+                    period: Period::parse("1m").unwrap(),
+                    ceiling: 10,
+                    zone: None,
+                },
+                crate::domain::window::WindowRule::hour(100),
+            ],
+            cadence: None,
+            max_in_flight: None,
+            priority2_share: None,
+            priority3_share: None,
+        }
+    }
+
+    /// The windows as a take found them: the minute at 4, the hour at 50;
+    /// the minute ends in 20.5 s, the hour at the clock's window end.
+    fn counts(clock: &ClockReading) -> Vec<WindowCount> {
+        vec![
+            WindowCount {
+                period: Period::parse("1m").unwrap(),
+                window_start: clock.db_now - Duration::seconds(40),
+                window_end: clock.db_now + Duration::milliseconds(20_500),
+                ceiling: 10,
+                count_before: 4,
+            },
+            WindowCount {
+                period: Period::HOUR,
+                window_start: clock.window_start,
+                window_end: clock.window_end,
+                ceiling: 100,
+                count_before: 50,
+            },
+        ]
     }
 
     #[test]
-    fn a_counted_grant_leaves_the_ceiling_less_the_count_until_the_window_ends() {
-        let granted = Decision::new(Outcome::Granted, "f").with_ceiling(10);
-        let counted = granted.counted(3, &clock());
-        let expected = SlotsLeft {
-            slots: 7,
-            reset: 1501,
-        };
-        assert_eq!(left(&counted), Some(expected), "seconds rounded up");
-        let past = Decision::new(Outcome::Granted, "f").with_ceiling(10);
-        assert_eq!(left(&past.counted(12, &clock())).unwrap().slots, 0);
-        let unnamed = Decision::new(Outcome::Granted, "f").counted(3, &clock());
-        assert_eq!(unnamed.quota_limit, None, "no ceiling named, nothing said");
+    fn a_counted_grant_leaves_each_window_its_ceiling_less_its_count_until_it_ends() {
+        let clock = clock();
+        let granted = Decision::new(Outcome::Granted, "f")
+            .with_ceilings(&stacked(), 1)
+            .counted_in(&counts(&clock), Some(3), &clock);
+        let limit = granted.quota_limit.clone().unwrap();
+        let lefts: Vec<(String, Option<SlotsLeft>)> = limit
+            .windows
+            .iter()
+            .map(|w| (w.name.clone(), w.left))
+            .collect();
+        assert_eq!(
+            lefts,
+            [
+                (
+                    "llm-1m".to_string(),
+                    Some(SlotsLeft {
+                        slots: 3,
+                        reset: 21
+                    })
+                ),
+                (
+                    "llm".to_string(),
+                    Some(SlotsLeft {
+                        slots: 47,
+                        reset: 1501
+                    })
+                ),
+            ],
+            "seconds rounded up; the hour's policy keeps the quota's name"
+        );
+        let states = granted.windows.clone().unwrap();
+        assert_eq!(states[0].left, Some(3));
+        assert_eq!(states[1].period, "1h");
+        assert_eq!(granted.window_start, Some(clock.window_start), "the hour's");
+        assert_eq!(granted.hour_start, Some(clock.window_start));
+        let past = Decision::new(Outcome::Granted, "f")
+            .with_ceilings(&stacked(), 1)
+            .counted_in(&counts(&clock), Some(12), &clock);
+        assert_eq!(left(&past).unwrap().slots, 0);
+        let unknown =
+            Decision::new(Outcome::Granted, "f").counted_in(&counts(&clock), Some(3), &clock);
+        assert_eq!(unknown.quota_limit, None, "no ceiling named, nothing said");
+        let uncounted = Decision::new(Outcome::Granted, "f")
+            .with_ceilings(&stacked(), 1)
+            .counted_in(&counts(&clock), None, &clock);
+        assert_eq!(left(&uncounted), None, "no count backs it: nothing said");
+        assert_eq!(uncounted.windows.unwrap()[0].left, None);
     }
 
     #[test]
     fn a_deferral_waits_whole_seconds_rounded_up_and_leaves_nothing_till_then() {
         let now = Utc::now();
-        let decision = Decision::new(Outcome::Granted, "f").with_ceiling(10);
+        let decision = Decision::new(Outcome::Granted, "f").with_ceilings(&stacked(), 1);
         let deferred = decision.deferred_until(now + Duration::milliseconds(2_300), now);
         assert_eq!(deferred.outcome, Outcome::Deferred);
         assert_eq!(deferred.retry_after_seconds, Some(3));
@@ -315,6 +509,7 @@ mod tests {
             clock,
             bucket: Some((2.5, 4.0)),
             first_lease_expiry: Some(clock.db_now + Duration::seconds(7)),
+            reopening: None,
         }
     }
 
@@ -323,8 +518,17 @@ mod tests {
         let outlook = outlook();
         let now = outlook.clock.db_now;
         let budget = Deferral::by(Limit::Budget, &outlook, 5);
-        assert_eq!(budget.retry_at, outlook.clock.window_end);
-        assert_eq!(budget, Deferral::budget(&outlook.clock));
+        assert_eq!(
+            budget.retry_at, outlook.clock.window_end,
+            "no window named: the hour"
+        );
+        let day = Reopening {
+            period: Period::parse("1d").unwrap(),
+            at: now + Duration::hours(5),
+        };
+        let by_day = Deferral::by(Limit::Budget, &outlook.refused_by(Some(day)), 5);
+        assert_eq!(by_day, Deferral::budget(day));
+        assert_eq!((by_day.retry_at, by_day.period), (day.at, Some(day.period)));
         // 5 tokens from 2.5 at 4/s: 0.625 s.
         let cadence = Deferral::by(Limit::Cadence, &outlook, 5);
         assert_eq!(cadence.retry_at, now + Duration::milliseconds(625));
@@ -358,12 +562,25 @@ mod tests {
     }
 
     #[test]
-    fn a_full_window_defers_until_it_ends() {
+    fn a_full_window_defers_until_it_ends_and_names_its_period() {
         let clock = clock();
-        let deferred = Decision::new(Outcome::Granted, "f").deferred_on_budget(&clock);
-        assert_eq!(deferred.retry_at, Some(clock.window_end));
-        assert_eq!(deferred.retry_after_seconds, Some(1501));
-        assert_eq!(deferred.window_start, Some(clock.window_start));
+        let minute = Reopening {
+            period: Period::parse("1m").unwrap(),
+            at: clock.db_now + Duration::milliseconds(20_500),
+        };
+        let deferred = Decision::new(Outcome::Granted, "f")
+            .with_ceilings(&stacked(), 1)
+            .deferred(&Deferral::budget(minute), clock.db_now);
+        assert_eq!(deferred.retry_at, Some(minute.at));
+        assert_eq!(deferred.retry_after_seconds, Some(21));
         assert_eq!(deferred.limit, Some(Limit::Budget));
+        assert_eq!(deferred.period.as_deref(), Some("1m"));
+        assert_eq!(
+            left(&deferred),
+            Some(SlotsLeft {
+                slots: 0,
+                reset: 21
+            })
+        );
     }
 }

@@ -83,13 +83,18 @@ fn render(usage: &[UsageRow], windows: &[WindowRow], flows: &[FlowRow]) -> Strin
         let _ = write!(page, r#"<span class="swatch {class}"></span>{label} "#);
     }
     page.push_str(r#"<span class="swatch ceiling"></span>ceiling</p>"#);
+    // The history is hourly: decisions are tallied per hour, so it charts
+    // each quota's `1h` windows.
     let mut by_quota: BTreeMap<&str, Vec<&WindowRow>> = BTreeMap::new();
-    for window in windows {
+    for window in windows.iter().filter(|w| w.period == "1h") {
         by_quota.entry(&window.quota).or_default().push(window);
     }
-    // Columns sit at their hour: the current window (as the database reports
+    // Columns sit at their hour: the current hour (as the database reports
     // it) is the rightmost of 24.
-    let current = usage.first().map(|u| u.window_start);
+    let current = usage
+        .iter()
+        .find(|u| u.period == "1h")
+        .map(|u| u.window_start);
     for (quota, rows) in by_quota {
         history(&mut page, quota, &rows, current);
     }
@@ -101,28 +106,26 @@ fn render(usage: &[UsageRow], windows: &[WindowRow], flows: &[FlowRow]) -> Strin
     page
 }
 
+/// One bar per window of each quota (design.md §12).
 fn current_window(page: &mut String, q: &UsageRow) {
-    let ratio = if q.hourly_ceiling > 0 {
-        (q.count as f64 / q.hourly_ceiling as f64).min(1.0)
+    let ratio = if q.ceiling > 0 {
+        (q.count as f64 / q.ceiling as f64).min(1.0)
     } else {
         1.0
     };
-    let over = if q.count > q.hourly_ceiling {
-        " over"
-    } else {
-        ""
-    };
+    let over = if q.count > q.ceiling { " over" } else { "" };
     let percent = q
         .percent_used
         .map_or_else(|| "-".into(), |p| format!("{p:.1}%"));
     let _ = write!(
         page,
-        r#"<div class="quota" data-quota="{name}"><h3>{name} <span class="numbers"><b class="count">{count}</b> / <b class="ceiling">{ceiling}</b> ({percent}) · {left} s left</span></h3>
-<svg class="usage" width="{BAR_WIDTH}" height="22" viewBox="0 0 {BAR_WIDTH} 22" role="img" aria-label="{name}: {count} of {ceiling}">
+        r#"<div class="quota" data-quota="{name}" data-period="{period}"><h3>{name} <span class="period">{period}</span> <span class="numbers"><b class="count">{count}</b> / <b class="ceiling">{ceiling}</b> ({percent}) · {left} s left</span></h3>
+<svg class="usage" width="{BAR_WIDTH}" height="22" viewBox="0 0 {BAR_WIDTH} 22" role="img" aria-label="{name} {period}: {count} of {ceiling}">
 <rect class="track" x="0" y="0" width="{BAR_WIDTH}" height="22" rx="4"/><rect class="used{over}" data-count="{count}" x="0" y="0" width="{width:.1}" height="22" rx="4"/></svg></div>"#,
         name = escape(&q.quota),
+        period = escape(&q.period),
         count = q.count,
-        ceiling = q.hourly_ceiling,
+        ceiling = q.ceiling,
         left = q.seconds_left,
         width = ratio * BAR_WIDTH,
     );
@@ -144,7 +147,7 @@ fn history(page: &mut String, quota: &str, rows: &[&WindowRow], current: Option<
     let top = rows
         .iter()
         .zip(&stacks)
-        .map(|(w, s)| w.hourly_ceiling.max(w.count).max(s.iter().sum()))
+        .map(|(w, s)| w.ceiling.unwrap_or(0).max(w.count).max(s.iter().sum()))
         .max()
         .unwrap_or(1)
         .max(1) as f64;
@@ -173,7 +176,7 @@ fn history(page: &mut String, quota: &str, rows: &[&WindowRow], current: Option<
                 at = window.window_start.format("%H:%MZ"),
             );
         }
-        let ceiling_y = CHART_HEIGHT - window.hourly_ceiling as f64 * scale;
+        let ceiling_y = CHART_HEIGHT - window.ceiling.unwrap_or(0) as f64 * scale;
         let _ = write!(
             page,
             r#"<line class="ceiling" x1="{x}" x2="{x2}" y1="{ceiling_y:.1}" y2="{ceiling_y:.1}"/><text x="{x}" y="{ty}">{hour}</text>"#,

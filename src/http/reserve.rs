@@ -13,8 +13,9 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
-use crate::domain::decision::{Decision, QuotaLimit, SlotRequest, QUOTA_WINDOW_SECONDS};
+use crate::domain::decision::{Decision, QuotaLimit, SlotRequest, SlotsLeft, WindowLimit};
 use crate::domain::ratelimit_fields;
+use crate::domain::Outcome;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -100,51 +101,51 @@ pub(super) fn unanswered_fields<'a>(
     let limits: Vec<(String, QuotaLimit)> = flows
         .into_iter()
         .filter_map(|flow| snapshot.rule(flow))
-        .map(|rule| {
-            let ceiling = rule.quota.ceiling_for(rule.flow.priority);
-            let limit = QuotaLimit {
-                ceiling,
-                left: None,
-            };
-            (rule.quota.name.clone(), limit)
+        .filter_map(|rule| {
+            let named = Decision::new(Outcome::Granted, &rule.flow.name)
+                .with_ceilings(&rule.quota, rule.flow.priority);
+            Some((rule.quota.name.clone(), named.quota_limit?))
         })
         .collect();
-    quota_fields(&mut headers, limits.iter().map(|(q, l)| (q.as_str(), *l)));
+    quota_fields(&mut headers, limits.iter().map(|(q, l)| (q.as_str(), l)));
     headers
 }
 
 /// What `decisions` said of their quotas, for [`quota_fields`].
-pub(super) fn drawn_on(decisions: &[Decision]) -> impl Iterator<Item = (&str, QuotaLimit)> {
+pub(super) fn drawn_on(decisions: &[Decision]) -> impl Iterator<Item = (&str, &QuotaLimit)> {
     decisions
         .iter()
-        .filter_map(|d| Some((d.quota.as_deref()?, d.quota_limit?)))
+        .filter_map(|d| Some((d.quota.as_deref()?, d.quota_limit.as_ref()?)))
 }
 
-/// The RateLimit fields of the quotas drawn on (design.md §4): one policy
-/// per quota, in the order first drawn on, each from the tightest of what
-/// was said of it (the fewest slots left once counted; else the first
-/// policy); what is left only when the store counted a decision; never a
-/// guess.
+/// The RateLimit fields of the quotas drawn on (design.md §4, §12): one
+/// policy per window of each quota, in the order first drawn on, each quota
+/// from the tightest of what was said of it (the fewest slots left in any
+/// window once counted; else the first); in `RateLimit`, per quota, the
+/// window with the least left, only when the store counted a decision;
+/// never a guess.
 pub(super) fn quota_fields<'a>(
     headers: &mut HeaderMap,
-    limits: impl IntoIterator<Item = (&'a str, QuotaLimit)>,
+    limits: impl IntoIterator<Item = (&'a str, &'a QuotaLimit)>,
 ) {
-    let mut tightest: Vec<(&str, QuotaLimit)> = Vec::new();
+    let mut tightest: Vec<(&str, &QuotaLimit)> = Vec::new();
     for (quota, limit) in limits {
         match tightest.iter_mut().find(|(q, _)| *q == quota) {
-            Some((_, held)) if tighter(&limit, held) => *held = limit,
+            Some((_, held)) if tighter(limit, held) => *held = limit,
             Some(_) => {}
             None => tightest.push((quota, limit)),
         }
     }
-    let policies = tightest.iter().map(|(quota, limit)| {
-        let ceiling = u64::try_from(limit.ceiling).unwrap_or(0);
-        ratelimit_fields::policy_field(quota, ceiling, QUOTA_WINDOW_SECONDS)
+    let policies = tightest.iter().flat_map(|(_, limit)| {
+        limit.windows.iter().map(|window| {
+            let ceiling = u64::try_from(window.ceiling).unwrap_or(0);
+            ratelimit_fields::policy_field(&window.name, ceiling, window.seconds)
+        })
     });
-    let lefts = tightest.iter().filter_map(|(quota, limit)| {
-        let left = limit.left?;
+    let lefts = tightest.iter().filter_map(|(_, limit)| {
+        let (window, left) = least_left(limit)?;
         Some(ratelimit_fields::limit_field(
-            quota,
+            &window.name,
             left.slots,
             Some(left.reset),
         ))
@@ -153,10 +154,20 @@ pub(super) fn quota_fields<'a>(
     insert_list(headers, ratelimit_fields::LIMIT, lefts);
 }
 
+/// The window with the fewest slots left (of those a count backs); of
+/// equals, the one whose count resets last.
+fn least_left(limit: &QuotaLimit) -> Option<(&WindowLimit, SlotsLeft)> {
+    limit
+        .windows
+        .iter()
+        .filter_map(|w| Some((w, w.left?)))
+        .min_by_key(|(_, left)| (left.slots, std::cmp::Reverse(left.reset)))
+}
+
 /// Fewer slots left than `held` says; anything counted beats nothing.
 fn tighter(limit: &QuotaLimit, held: &QuotaLimit) -> bool {
-    match (limit.left, held.left) {
-        (Some(left), Some(held)) => left.slots < held.slots,
+    match (least_left(limit), least_left(held)) {
+        (Some((_, left)), Some((_, held))) => left.slots < held.slots,
         (Some(_), None) => true,
         (None, _) => false,
     }

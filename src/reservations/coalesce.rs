@@ -24,6 +24,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::catalog::{QuotaRule, Rule};
 use crate::domain::decision::{Deferral, Limit};
 use crate::domain::rationing::{self, Ask, Rank, Taken};
+use crate::domain::window::{self, Period, Reopening, WindowCount};
 use crate::shell::gather::{fail_all, Gather, Reply};
 use crate::store::{
     LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake, Reservation,
@@ -32,7 +33,11 @@ use crate::store::{
 use crate::store::{StoreError, StoreUnavailable};
 
 struct Waiter {
+    /// Its `ceiling` is filled in once the take says what the quota's
+    /// windows have left (rationing sees one count: what the group spent).
     ask: Ask,
+    /// The share of each window's ceiling its flow's priority may reach.
+    share: Option<i16>,
     /// The flow asking: the holder of the place it is granted.
     flow: String,
     /// The quota it asks of, as this request saw its limits: a quota's part
@@ -92,7 +97,7 @@ impl Coalescer {
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let ask = Ask {
             slots,
-            ceiling: rule.quota.ceiling_for(priority),
+            ceiling: i64::MAX,
             needs_place: rule.quota.max_in_flight.is_some(),
             rank: Rank::new(deadline, priority, arrival),
         };
@@ -103,9 +108,8 @@ impl Coalescer {
     /// else is observing it now; the refusal says what enforcement would have
     /// done. Observed decisions take no in-flight place.
     pub(crate) async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, StoreError> {
-        let ceiling = rule.quota.ceiling_for(rule.flow.priority);
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
-        let ask = Ask::observed(slots, ceiling);
+        let ask = Ask::observed(slots, i64::MAX);
         self.join(rule, Enforcement::Observe, ask, arrival).await
     }
 
@@ -118,6 +122,7 @@ impl Coalescer {
     ) -> Result<Reservation, StoreError> {
         let waiter = |reply| Waiter {
             ask,
+            share: rule.quota.share_for(rule.flow.priority),
             flow: rule.flow.name.clone(),
             quota: rule.quota.clone(),
             arrival,
@@ -170,23 +175,31 @@ impl Coalescer {
             .zip(&parts.asks)
             .map(|(quota, asks)| {
                 let total = asks.iter().map(|a| a.slots).sum();
-                QuotaAsk::regardless(&quota.name, total)
+                QuotaAsk::regardless(quota, total)
             })
             .collect();
-        let takes = self.store.take_slots_across(&quota_asks).await?;
+        let takes = self.store.take_slots_across(&quota_asks, true).await?;
+        let shares = parts.shares(group);
         let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
-        for ((members, asks), take) in parts.members.iter().zip(&parts.asks).zip(&takes) {
-            let before = taken(take).count_before;
-            let flags = rationing::would_defer(asks, before);
-            let counts = rationing::counts_in_order(asks, before);
-            for ((&i, would_defer), count) in members.iter().zip(flags).zip(counts) {
+        for (part, take) in takes.iter().enumerate() {
+            let asks = with_room(&parts.asks[part], &shares[part], &take.windows);
+            let flags = rationing::would_defer(&asks, 0);
+            let spent = rationing::counts_in_order(&asks, 0);
+            let members = parts.members[part].iter().zip(&shares[part]);
+            for (((&i, &share), would_defer), spent) in members.zip(flags).zip(spent) {
                 let Some(waiter) = waiters[i].take() else {
                     continue;
                 };
+                let before = spent - waiter.ask.slots;
+                let refusal = would_defer
+                    .then(|| window::refusing(&take.windows, share, before, waiter.ask.slots))
+                    .flatten()
+                    .map(Deferral::budget);
                 let _ = waiter.reply.send(Ok(Reservation {
                     clock: take.clock,
-                    count_after: Some(count),
-                    refusal: would_defer.then(|| Deferral::budget(&take.clock)),
+                    windows: take.windows.clone(),
+                    spent: Some(spent),
+                    refusal,
                     lease: None,
                 }));
             }
@@ -200,44 +213,42 @@ impl Coalescer {
     /// rationing shares each quota's take out; what nobody uses goes back
     /// before anyone hears a refusal.
     async fn decide_across(&self, group: &mut Vec<Waiter>) -> Result<(), sqlx::Error> {
-        let ByQuota {
-            rules,
-            members,
-            asks,
-        } = ByQuota::of(group);
-        let quota_asks: Vec<QuotaAsk> = rules
+        let parts = ByQuota::of(group);
+        let shares = parts.shares(group);
+        let quota_asks: Vec<QuotaAsk> = parts
+            .rules
             .iter()
-            .zip(&asks)
-            .map(|(quota, asks)| {
-                let want = rationing::to_take(asks);
-                QuotaAsk {
-                    quota: quota.name.clone(),
-                    wanted: want.slots,
-                    ceiling: want.ceiling,
-                    smallest: asks.iter().map(|a| a.slots).min().unwrap_or(0),
-                }
+            .zip(&parts.asks)
+            .zip(&shares)
+            .map(|((quota, asks), shares)| QuotaAsk {
+                quota: quota.name.clone(),
+                windows: quota.windows.clone(),
+                share: widest(shares),
+                wanted: rationing::to_take(asks).slots,
+                smallest: asks.iter().map(|a| a.slots).min().unwrap_or(0),
             })
             .collect();
-        let takes = self.store.take_slots_across(&quota_asks).await?;
+        let takes = self.store.take_slots_across(&quota_asks, false).await?;
         let mut replies: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
-        for ((members, asks), (ask, take)) in
-            members.iter().zip(&asks).zip(quota_asks.iter().zip(&takes))
-        {
-            let sharing = rationing::share_out(asks, taken(take));
-            let window = take.clock.window_start;
-            self.give_back(&ask.quota, window, sharing.unused_slots)
+        for (part, (ask, take)) in quota_asks.iter().zip(&takes).enumerate() {
+            let asks = with_room(&parts.asks[part], &shares[part], &take.windows);
+            let sharing = rationing::share_out(&asks, taken(take.taken, Limit::Budget, 0));
+            self.give_back(&ask.quota, &take.windows, sharing.unused_slots)
                 .await;
             let mut abandoned = 0;
-            for (&i, count_after) in members.iter().zip(sharing.counts_after) {
+            let members = parts.members[part].iter().zip(&shares[part]);
+            for ((&i, &share), spent) in members.zip(sharing.counts_after) {
                 let Some(waiter) = replies[i].take() else {
                     continue;
                 };
-                let answered = waiter.reply.send(Ok(reservation(take, count_after)));
-                if count_after.is_some() && answered.is_err() {
+                let granted = take.taken - sharing.unused_slots;
+                let answer = reservation(take, share, spent, waiter.ask.slots, granted);
+                let answered = waiter.reply.send(Ok(answer));
+                if spent.is_some() && answered.is_err() {
                     abandoned += waiter.ask.slots; // the caller stopped waiting: nobody emits
                 }
             }
-            self.give_back(&ask.quota, window, abandoned).await;
+            self.give_back(&ask.quota, &take.windows, abandoned).await;
         }
         Ok(())
     }
@@ -261,9 +272,11 @@ impl Coalescer {
         let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
         for (part, take) in takes.into_iter().enumerate() {
             let members = parts.members[part].iter();
-            let part_waiters = members.filter_map(|&i| waiters[i].take()).collect();
-            let (quota, asks) = (&parts.rules[part], &parts.asks[part]);
-            self.settle_paced(quota, part_waiters, asks, &flows[part], take)
+            let part_waiters: Vec<Waiter> = members.filter_map(|&i| waiters[i].take()).collect();
+            let shares: Vec<Option<i16>> = part_waiters.iter().map(|w| w.share).collect();
+            let asks = with_room(&parts.asks[part], &shares, &take.windows);
+            let quota = &parts.rules[part];
+            self.settle_paced(quota, part_waiters, &asks, &flows[part], take)
                 .await;
         }
         Ok(())
@@ -281,7 +294,8 @@ impl Coalescer {
         flows: &[String],
         take: PacedTake,
     ) {
-        let sharing = rationing::share_out(asks, paced_taken(&take));
+        let places = take.leases.len() as i64;
+        let sharing = rationing::share_out(asks, taken(take.taken, take.slots_bound_by, places));
         let handout = hand_out(&take.leases, flows, &sharing.place_holders);
         let back = PacedGiveBack {
             slots: sharing.unused_slots,
@@ -293,8 +307,7 @@ impl Coalescer {
             freed: &handout.unused,
             handed: &handout.handed,
         };
-        let window = take.clock.window_start;
-        let settled = self.give_back_paced(quota, window, &back).await;
+        let settled = self.give_back_paced(quota, &take.windows, &back).await;
         // Tokens the grants keep: a refusal by the cadence waits for its own
         // on top of them.
         let spent = take.taken - sharing.unused_slots;
@@ -302,16 +315,21 @@ impl Coalescer {
         for (i, (waiter, refusal)) in waiters.into_iter().zip(sharing.refusals).enumerate() {
             let lease = handout.leases[i];
             let answer = match refusal {
-                Some(limit) => Ok(Reservation {
-                    clock: take.clock,
-                    count_after: None,
-                    refusal: Some(Deferral::by(
-                        limit,
-                        &take.outlook(),
-                        spent + waiter.ask.slots,
-                    )),
-                    lease: None,
-                }),
+                Some(limit) => {
+                    let refusing = (limit == Limit::Budget)
+                        .then(|| {
+                            window::refusing(&take.windows, waiter.share, spent, waiter.ask.slots)
+                        })
+                        .flatten();
+                    let outlook = take.outlook().refused_by(refusing);
+                    Ok(Reservation {
+                        clock: take.clock,
+                        windows: take.windows.clone(),
+                        spent: None,
+                        refusal: Some(Deferral::by(limit, &outlook, spent + waiter.ask.slots)),
+                        lease: None,
+                    })
+                }
                 // Its place is still leased to another flow of the group:
                 // reporting it would be refused. Nobody emits on it; its slot
                 // stays counted and the lease expires by itself.
@@ -320,7 +338,8 @@ impl Coalescer {
                 }
                 None => Ok(Reservation {
                     clock: take.clock,
-                    count_after: sharing.counts_after[i],
+                    windows: take.windows.clone(),
+                    spent: sharing.counts_after[i],
                     refusal: None,
                     lease,
                 }),
@@ -332,8 +351,13 @@ impl Coalescer {
                 abandoned_leases.extend(lease);
             }
         }
-        self.undo_abandoned(&quota.name, window, abandoned_slots, abandoned_leases)
-            .await;
+        self.undo_abandoned(
+            &quota.name,
+            &take.windows,
+            abandoned_slots,
+            abandoned_leases,
+        )
+        .await;
     }
 
     /// Observed decisions on quotas with a cadence, whatever their quota:
@@ -346,23 +370,29 @@ impl Coalescer {
         let slots = parts.slots();
         let wanted = parts.paced_asks(&slots, &[]);
         let takes = self.store.take_paced_across(&wanted, true).await?;
+        let shares = parts.shares(group);
         let mut waiters: Vec<Option<Waiter>> = group.drain(..).map(Some).collect();
-        for ((members, asks), take) in parts.members.iter().zip(&parts.asks).zip(&takes) {
-            let limits = rationing::would_refuse(asks, take.count_before, take.tokens());
-            let counts = rationing::counts_in_order(asks, take.count_before);
-            for ((&i, limit), count) in members.iter().zip(limits).zip(counts) {
+        for (part, take) in takes.iter().enumerate() {
+            let asks = with_room(&parts.asks[part], &shares[part], &take.windows);
+            let limits = rationing::would_refuse(&asks, 0, take.tokens());
+            let spent = rationing::counts_in_order(&asks, 0);
+            let members = parts.members[part].iter().zip(&shares[part]);
+            for (((&i, &share), limit), spent) in members.zip(limits).zip(spent) {
                 let Some(waiter) = waiters[i].take() else {
                     continue;
                 };
                 // An observed decision shows only the limit, never when it
                 // lifts: each refusal says when its own tokens would be
                 // there alone.
-                let refusal =
-                    limit.map(|limit| Deferral::by(limit, &take.outlook(), waiter.ask.slots));
+                let before = spent - waiter.ask.slots;
+                let refusing = window::refusing(&take.windows, share, before, waiter.ask.slots);
+                let outlook = take.outlook().refused_by(refusing);
+                let refusal = limit.map(|limit| Deferral::by(limit, &outlook, waiter.ask.slots));
                 let _ = waiter.reply.send(Ok(Reservation {
                     clock: take.clock,
+                    windows: take.windows.clone(),
                     // Spent in arrival order, once the store counted them.
-                    count_after: take.count_after.map(|_| count),
+                    spent: (take.taken > 0).then_some(spent),
                     refusal,
                     lease: None,
                 }));
@@ -377,10 +407,10 @@ impl Coalescer {
     async fn give_back_paced(
         &self,
         quota: &QuotaRule,
-        window_start: DateTime<Utc>,
+        windows: &[WindowCount],
         back: &PacedGiveBack<'_>,
     ) -> bool {
-        let given = self.store.give_back_paced(quota, window_start, back).await;
+        let given = self.store.give_back_paced(quota, windows, back).await;
         if let Err(error) = &given {
             let (slots, freed, handed) = (back.slots, back.freed.len(), back.handed.len());
             tracing::warn!(%error, quota = quota.name, slots, freed, handed, "not given back: counted as spent, places held till their leases expire");
@@ -394,11 +424,11 @@ impl Coalescer {
     async fn undo_abandoned(
         &self,
         quota: &str,
-        window_start: DateTime<Utc>,
+        windows: &[WindowCount],
         slots: i64,
         leases: Vec<Lease>,
     ) {
-        self.give_back(quota, window_start, slots).await;
+        self.give_back(quota, windows, slots).await;
         for lease in leases {
             if let Err(error) = self.store.release_lease(lease.id, None).await {
                 tracing::warn!(%error, quota, "abandoned grant's lease not freed: it expires by itself");
@@ -406,10 +436,8 @@ impl Coalescer {
         }
     }
 
-    async fn give_back(&self, quota: &str, window_start: DateTime<Utc>, slots: i64) {
-        self.store
-            .give_back_unused(quota, window_start, slots)
-            .await;
+    async fn give_back(&self, quota: &str, windows: &[WindowCount], slots: i64) {
+        self.store.give_back_unused(quota, windows, slots).await;
     }
 }
 
@@ -421,6 +449,8 @@ struct ByQuota {
     rules: Vec<QuotaRule>,
     members: Vec<Vec<usize>>,
     asks: Vec<Vec<Ask>>,
+    /// Per quota: the widest share of the windows among its members.
+    widest_share: Vec<Option<i16>>,
 }
 
 impl ByQuota {
@@ -434,6 +464,13 @@ impl ByQuota {
             let arrived_last = members.iter().max_by_key(|&&i| group[i].arrival);
             arrived_last.map(|&i| group[i].quota.clone())
         };
+        let widest_share = members
+            .iter()
+            .map(|members| {
+                let shares: Vec<Option<i16>> = members.iter().map(|&i| group[i].share).collect();
+                widest(&shares)
+            })
+            .collect();
         Self {
             rules: members.iter().filter_map(latest).collect(),
             asks: members
@@ -441,7 +478,14 @@ impl ByQuota {
                 .map(|members| members.iter().map(|&i| group[i].ask).collect())
                 .collect(),
             members,
+            widest_share,
         }
+    }
+
+    /// Each quota's members' shares of the windows, in the order of its members.
+    fn shares(&self, group: &[Waiter]) -> Vec<Vec<Option<i16>>> {
+        let share_of = |members: &Vec<usize>| members.iter().map(|&i| group[i].share).collect();
+        self.members.iter().map(share_of).collect()
     }
 
     /// Each quota's asks' slots, in the order of its members.
@@ -465,22 +509,12 @@ impl ByQuota {
                 let asks = PacedAsks {
                     slots,
                     flows: flows.get(part).map_or(&[], Vec::as_slice),
-                    ceiling: to_take.ceiling,
+                    share: self.widest_share[part],
                     need_places: to_take.places > 0,
                 };
                 (quota, asks)
             })
             .collect()
-    }
-}
-
-/// What a group take on a paced quota took, as rationing reads it.
-fn paced_taken(take: &PacedTake) -> Taken {
-    Taken {
-        count_before: take.count_before,
-        slots: take.taken,
-        slots_bound_by: take.slots_bound_by,
-        places: take.leases.len() as i64,
     }
 }
 
@@ -530,25 +564,81 @@ fn hand_out(leases: &[LabelledLease], flows: &[String], holders: &[usize]) -> Ha
     handout
 }
 
-/// What a group take on budget-only quotas took, as rationing reads it.
-fn taken(take: &QuotaTake) -> Taken {
+/// What a group take took, as rationing reads it: one count, what the
+/// group spends from 0 on, every window moving with it (each ask's
+/// `ceiling` is its room, [`with_room`]).
+fn taken(slots: i64, slots_bound_by: Limit, places: i64) -> Taken {
     Taken {
-        count_before: take.count_after.map_or(0, |after| after - take.taken),
-        slots: take.taken,
-        slots_bound_by: Limit::Budget,
-        places: 0,
+        count_before: 0,
+        slots,
+        slots_bound_by,
+        places,
     }
 }
 
-/// A waiter's answer from its quota's take: granted with the window's count
-/// once it is counted, or (`None`) refused by the budget.
-fn reservation(take: &QuotaTake, count_after: Option<i64>) -> Reservation {
+/// The asks as rationing reads a take of stacked windows: each may reach
+/// what the fullest window leaves its share (design.md §12).
+fn with_room(asks: &[Ask], shares: &[Option<i16>], windows: &[WindowCount]) -> Vec<Ask> {
+    asks.iter()
+        .zip(shares)
+        .map(|(ask, &share)| Ask {
+            ceiling: window::room(windows, share),
+            ..*ask
+        })
+        .collect()
+}
+
+/// The share of each window a group may reach: the widest of its members'.
+fn widest(shares: &[Option<i16>]) -> Option<i16> {
+    shares
+        .iter()
+        .try_fold(0, |widest: i16, share| share.map(|s| widest.max(s)))
+}
+
+/// A waiter's answer from its quota's budget take: granted once `spent`
+/// (the group's grants up to its own) is counted, or (`None`) refused by
+/// the window that reopens last of those without room once the group's
+/// `taken` slots (its grants) are counted.
+fn reservation(
+    take: &QuotaTake,
+    share: Option<i16>,
+    spent: Option<i64>,
+    slots: i64,
+    taken: i64,
+) -> Reservation {
+    let refusal = match spent {
+        Some(_) => None,
+        None => Some(Deferral::budget(
+            window::refusing(&take.windows, share, taken, slots)
+                .or_else(|| window::refusing(&take.windows, share, 0, slots))
+                .unwrap_or_else(|| fullest(&take.windows, take.clock.window_end)),
+        )),
+    };
     Reservation {
         clock: take.clock,
-        count_after,
-        refusal: count_after.is_none().then(|| Deferral::budget(&take.clock)),
+        windows: take.windows.clone(),
+        spent,
+        refusal,
         lease: None,
     }
+}
+
+/// The window with the least left, for a refusal none of the windows
+/// explains by itself (a group's room went to asks ranked before it).
+fn fullest(windows: &[WindowCount], fallback_end: DateTime<Utc>) -> Reopening {
+    windows
+        .iter()
+        .min_by_key(|w| w.ceiling - w.count_before)
+        .map_or(
+            Reopening {
+                period: Period::HOUR,
+                at: fallback_end,
+            },
+            |w| Reopening {
+                period: w.period,
+                at: w.window_end,
+            },
+        )
 }
 
 #[cfg(test)]

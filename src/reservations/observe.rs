@@ -24,14 +24,22 @@ impl Reservations {
     ) -> Decision {
         match self.spend_observed(rule, request).await {
             Some(reservation) => {
-                if let Some(count_after) = reservation.count_after {
-                    decision = decision.counted(count_after, &reservation.clock);
-                }
-                decision.window_start = Some(reservation.clock.window_start);
+                decision = decision.counted_in(
+                    &reservation.windows,
+                    reservation.spent,
+                    &reservation.clock,
+                );
                 decision.would_defer = reservation.refusal.is_some();
                 decision.limit = reservation.refusal.map(|r| r.limit);
+                decision.period = reservation
+                    .refusal
+                    .and_then(|r| r.period)
+                    .map(|p| p.to_string());
             }
-            None => decision.window_start = self.clock.window_start(),
+            None => {
+                decision.window_start = self.clock.window_start();
+                decision.hour_start = decision.window_start;
+            }
         }
         decision
     }
@@ -56,8 +64,8 @@ impl Reservations {
                 Err(error) => {
                     tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
                     // A failure is settled just before the caller answers,
-                    // naming this window (a late one: just after).
-                    ledger.spend_after_the_fact(&quota, clock.window_start(), slots);
+                    // at this instant (a late one: just after).
+                    ledger.spend_after_the_fact(&quota, clock.spent_at(), slots);
                 }
             }
             std::future::ready(())

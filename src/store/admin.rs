@@ -9,12 +9,58 @@ use super::{Store, StoreError};
 use crate::domain::catalog::{
     Fallback, FlowPatch, FlowPatchError, FlowSettings, Mode, QuotaPatch, QuotaSettings,
 };
+use crate::domain::window::{WindowRule, WindowSpec};
 use crate::domain::QuotaName;
+
+/// A quota as `sql/list_quotas.sql` reads it: its windows as parallel arrays.
+struct QuotaRecord {
+    name: String,
+    rate: Option<f64>,
+    burst: Option<f64>,
+    adaptive: bool,
+    max_in_flight: Option<i32>,
+    priority2_share: Option<i16>,
+    priority3_share: Option<i16>,
+    effective_rate: Option<f64>,
+    effective_burst: Option<f64>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    periods: Vec<String>,
+    ceilings: Vec<i64>,
+    zones: Vec<Option<String>>,
+}
+
+impl From<QuotaRecord> for QuotaRow {
+    fn from(r: QuotaRecord) -> Self {
+        let windows = super::catalog::windows_of_row(r.periods, r.ceilings, r.zones);
+        QuotaRow {
+            name: r.name,
+            hourly_ceiling: windows
+                .iter()
+                .find(|w| w.period == crate::domain::window::Period::HOUR)
+                .map(|w| w.ceiling),
+            windows: windows.iter().map(WindowSpec::from).collect(),
+            rate: r.rate,
+            burst: r.burst,
+            adaptive: r.adaptive,
+            max_in_flight: r.max_in_flight,
+            priority2_share: r.priority2_share,
+            priority3_share: r.priority3_share,
+            effective_rate: r.effective_rate,
+            effective_burst: r.effective_burst,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct QuotaRow {
     pub name: String,
-    pub hourly_ceiling: i64,
+    /// The `1h` window's ceiling; `null` when the quota has no hour.
+    pub hourly_ceiling: Option<i64>,
+    /// Every window, shortest first.
+    pub windows: Vec<WindowSpec>,
     /// Cadence: sustained tokens per second, as configured.
     pub rate: Option<f64>,
     /// Cadence: bucket size, as configured.
@@ -58,9 +104,15 @@ impl FlowRow {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct WindowRow {
     pub quota: String,
+    /// `1m`, `1h`, `1d`, `1mo` …; decisions are tallied per hour, so only
+    /// a `1h` window carries tallies.
+    pub period: String,
     pub window_start: DateTime<Utc>,
     pub count: i64,
-    pub hourly_ceiling: i64,
+    /// The quota's ceiling for the period (`null`: it no longer has one).
+    pub ceiling: Option<i64>,
+    /// The quota's `1h` window's ceiling (`null` without an hour).
+    pub hourly_ceiling: Option<i64>,
     pub granted: i64,
     pub deferred: i64,
     pub would_defer: i64,
@@ -120,11 +172,11 @@ impl Store {
         actor: &str,
         name: &str,
         settings: &QuotaSettings,
-    ) -> Result<QuotaRow, sqlx::Error> {
+    ) -> Result<QuotaRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         write_quota(&mut tx, name, settings).await?;
         tx.commit().await?;
-        self.quota(name).await?.ok_or(sqlx::Error::RowNotFound)
+        Ok(self.quota(name).await?.ok_or(sqlx::Error::RowNotFound)?)
     }
 
     /// Changes only what `patch` names (`PATCH`, the CLI); a quota that does
@@ -138,9 +190,18 @@ impl Store {
         default_ceiling: i64,
     ) -> Result<QuotaRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
-        let current = sqlx::query_file_as!(QuotaSettings, "sql/lock_quota.sql", name)
+        let current = sqlx::query_file!("sql/lock_quota.sql", name)
             .fetch_optional(&mut *tx)
-            .await?;
+            .await?
+            .map(|row| QuotaSettings {
+                windows: super::catalog::windows_of_row(row.periods, row.ceilings, row.zones),
+                rate: row.rate,
+                burst: row.burst,
+                adaptive: row.adaptive,
+                max_in_flight: row.max_in_flight,
+                priority2_share: row.priority2_share,
+                priority3_share: row.priority3_share,
+            });
         if current.is_none() && when_missing == WhenMissing::NotFound {
             return Err(CatalogError::NotFound(format!(
                 "no quota `{name}`; PUT creates it"
@@ -182,9 +243,10 @@ impl Store {
     }
 
     async fn quotas(&self, name: Option<&str>) -> Result<Vec<QuotaRow>, sqlx::Error> {
-        sqlx::query_file_as!(QuotaRow, "sql/list_quotas.sql", name)
+        let records = sqlx::query_file_as!(QuotaRecord, "sql/list_quotas.sql", name)
             .fetch_all(self.pool())
-            .await
+            .await?;
+        Ok(records.into_iter().map(QuotaRow::from).collect())
     }
 
     /// Creates a flow or replaces all its settings (`PUT`).
@@ -298,9 +360,11 @@ pub struct ObserveTally {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct UsageRow {
     pub quota: String,
+    pub period: String,
     pub window_start: DateTime<Utc>,
+    pub window_end: DateTime<Utc>,
     pub count: i64,
-    pub hourly_ceiling: i64,
+    pub ceiling: i64,
     pub percent_used: Option<f64>,
     pub slots_left: i64,
     pub seconds_left: i32,
@@ -327,21 +391,55 @@ impl Store {
     }
 }
 
+/// Writes a quota whose settings are checked, its windows with it. A zone
+/// PostgreSQL does not know is refused here: its zone names are the
+/// service's (no second copy of the time-zone database in the binary).
 async fn write_quota(
     tx: &mut Transaction<'static, Postgres>,
     name: &str,
     s: &QuotaSettings,
-) -> Result<(), sqlx::Error> {
+) -> Result<(), CatalogError> {
+    let zones: Vec<String> = s.windows.iter().filter_map(|w| w.zone.clone()).collect();
+    if !zones.is_empty() {
+        let unknown = sqlx::query_file_scalar!("sql/unknown_zones.sql", &zones)
+            .fetch_all(&mut **tx)
+            .await?;
+        if let Some(zone) = unknown.first() {
+            return Err(CatalogError::Invalid(format!(
+                "`zone` `{zone}` is not a time zone PostgreSQL knows (an IANA name such as America/Los_Angeles)"
+            )));
+        }
+    }
     sqlx::query_file!(
         "sql/put_quota.sql",
         name,
-        s.hourly_ceiling,
         s.rate,
         s.burst,
         s.adaptive,
         s.max_in_flight,
         s.priority2_share,
         s.priority3_share
+    )
+    .execute(&mut **tx)
+    .await?;
+    write_windows(tx, name, &s.windows).await?;
+    Ok(())
+}
+
+async fn write_windows(
+    tx: &mut Transaction<'static, Postgres>,
+    name: &str,
+    windows: &[WindowRule],
+) -> Result<(), sqlx::Error> {
+    let periods: Vec<String> = windows.iter().map(|w| w.period.to_string()).collect();
+    let ceilings: Vec<i64> = windows.iter().map(|w| w.ceiling).collect();
+    let zones: Vec<Option<String>> = windows.iter().map(|w| w.zone.clone()).collect();
+    sqlx::query_file!(
+        "sql/put_quota_windows.sql",
+        name,
+        &periods,
+        &ceilings,
+        &zones as &[Option<String>]
     )
     .execute(&mut **tx)
     .await?;

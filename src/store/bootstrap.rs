@@ -50,6 +50,7 @@ macro_rules! sql_object {
 /// Trigger functions are here; their triggers are in `migrations/`.
 pub const FUNCTIONS: &[SqlObject] = &[
     sql_object!("functions", "arbiter_now"),
+    sql_object!("functions", "period_seconds"),
     sql_object!("functions", "window_start_of"),
     sql_object!("functions", "window_end_of"),
     sql_object!("functions", "admit_window_of"),
@@ -61,8 +62,11 @@ pub const FUNCTIONS: &[SqlObject] = &[
     sql_object!("functions", "audit_catalog_change"),
     sql_object!("functions", "normalize_enforce_percent"),
     sql_object!("functions", "sync_quota_limits"),
+    sql_object!("functions", "quota_hour_to_window"),
+    sql_object!("functions", "window_to_quota_hour"),
     sql_object!("functions", "announce_api_key_change"),
     sql_object!("functions", "admit_callers"),
+    sql_object!("functions", "take_windows"),
     sql_object!("functions", "take_paced_across"),
     sql_object!("functions", "enqueue_work"),
 ];
@@ -90,6 +94,10 @@ const OBJECTS_REVISIONS: &[&str] = &[
     "83cd10a00c61a1cb1f38adb510bf53a3717e415a3b076a821a719217d4d9ce26",
     // upstream_multiplier(): the arbiter's reading of a status, in SQL.
     "21149f9845e09bd7fc4af58f752cc785be87e64399b4f8e88ea27e5c8e5b3aee",
+    // Stacked windows: period_seconds(), window_start_of(ts, period, zone),
+    // take_windows(), take_paced_across() over every window of a quota,
+    // quota_period's triggers, the views per window.
+    "ee6dfbd06aa8d8e238fdb98f9c561b954d61f5de4cdfbe61ca0d0e9d69e9eec3",
 ];
 
 /// The revision of the functions and views this build carries: a migrate
@@ -304,23 +312,43 @@ pub async fn seed_catalog(
     flows: &BTreeMap<String, FlowSeed>,
 ) -> Result<(), sqlx::Error> {
     for (name, seed) in quotas {
-        let wanted = seed.hourly_ceiling.unwrap_or(default_ceiling);
+        // The config's load checked every seed (naming key and source).
+        let Ok(settings) = seed.settings(default_ceiling) else {
+            continue;
+        };
+        let periods: Vec<String> = settings
+            .windows
+            .iter()
+            .map(|w| w.period.to_string())
+            .collect();
+        let ceilings: Vec<i64> = settings.windows.iter().map(|w| w.ceiling).collect();
+        let zones: Vec<Option<String>> = settings.windows.iter().map(|w| w.zone.clone()).collect();
+        let wanted: Vec<String> = settings
+            .windows
+            .iter()
+            .map(|w| match &w.zone {
+                Some(zone) => format!("{}={}@{zone}", w.period, w.ceiling),
+                None => format!("{}={}", w.period, w.ceiling),
+            })
+            .collect();
         let stored = sqlx::query_file_scalar!(
             "sql/seed_quota.sql",
             name,
-            wanted,
             seed.rate,
             seed.burst,
             seed.adaptive,
             seed.max_in_flight,
             seed.priority2_share,
-            seed.priority3_share
+            seed.priority3_share,
+            &periods,
+            &ceilings,
+            &zones as &[Option<String>]
         )
         .fetch_one(pool)
         .await?;
         if stored != wanted {
-            tracing::warn!(quota = %name, file = wanted, table = stored,
-                "config file and table disagree on hourly_ceiling; the table wins");
+            tracing::warn!(quota = %name, file = ?wanted, table = ?stored,
+                "config file and table disagree on the quota's windows; the table wins");
         }
     }
     for (name, seed) in flows {

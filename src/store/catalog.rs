@@ -5,6 +5,30 @@ use crate::domain::admission::{RouteClass, RouteClassSettings};
 use crate::domain::catalog::{Cadence, FlowRule, QuotaRule, Snapshot};
 
 use super::Store;
+use crate::domain::window::{Period, WindowRule};
+
+/// A quota's windows as the tables hold them (parallel arrays), shortest
+/// first. The table's CHECK admits only periods this build parses.
+pub(super) fn windows_of_row(
+    periods: Vec<String>,
+    ceilings: Vec<i64>,
+    zones: Vec<Option<String>>,
+) -> Vec<WindowRule> {
+    let mut windows: Vec<WindowRule> = periods
+        .iter()
+        .zip(ceilings)
+        .zip(zones)
+        .filter_map(|((period, ceiling), zone)| {
+            Some(WindowRule {
+                period: Period::parse(period).ok()?,
+                ceiling,
+                zone,
+            })
+        })
+        .collect();
+    windows.sort_by_key(|w| w.period);
+    windows
+}
 
 impl Store {
     /// Reads the tables in one transaction so the snapshot is consistent.
@@ -31,7 +55,7 @@ impl Store {
                     adaptive: q.adaptive,
                 }),
                 name: q.name,
-                hourly_ceiling: q.hourly_ceiling,
+                windows: windows_of_row(q.periods, q.ceilings, q.zones),
                 max_in_flight: q.max_in_flight,
                 priority2_share: q.priority2_share,
                 priority3_share: q.priority3_share,

@@ -106,16 +106,16 @@ impl Store {
     /// Up to `want` slots of an enforced quota for a claim's lane (with their
     /// cadence tokens on a cadence quota), in a statement of its own:
     /// committed at once, so no claim holds the window row while it looks
-    /// for items. The caller guards `ceiling < 1`.
+    /// for items; never past `share` of any window.
     pub(crate) async fn take_for_claim(
         &self,
         quota: &QuotaRule,
         want: i64,
-        ceiling: i64,
+        share: Option<i16>,
     ) -> Result<Take, sqlx::Error> {
         match quota.cadence {
-            None => self.take_slots(&quota.name, want, ceiling).await,
-            Some(_) => self.take_paced_slots(quota, want, ceiling).await,
+            None => self.take_slots(quota, want, share).await,
+            Some(_) => self.take_paced_slots(quota, want, share).await,
         }
     }
 

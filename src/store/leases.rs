@@ -129,5 +129,6 @@ pub(super) async fn places_outlook<'e>(
         clock: clock_reading!(row),
         bucket: None,
         first_lease_expiry: row.first_lease_expiry,
+        reopening: None,
     })
 }

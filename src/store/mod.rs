@@ -46,6 +46,7 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
 use crate::domain::decision::Deferral;
+use crate::domain::window::WindowCount;
 use crate::domain::ClockReading;
 
 /// The reservation store: the only code that can spend a slot conditionally.
@@ -60,12 +61,15 @@ pub struct Store {
     claim_transactions: Arc<Semaphore>,
 }
 
-/// What the conditional upsert answered.
-#[derive(Clone, Copy, Debug)]
+/// What a take answered one reservation.
+#[derive(Clone, Debug)]
 pub(crate) struct Reservation {
     pub clock: ClockReading,
-    /// The window's count after this reservation; `None` when it was refused.
-    pub count_after: Option<i64>,
+    /// The quota's windows as the take found them.
+    pub windows: Vec<WindowCount>,
+    /// What the take's group spent in every window up to this reservation,
+    /// its own slots included; `None` when it was refused.
+    pub spent: Option<i64>,
     /// What refused it; in observe mode, what would have.
     pub refusal: Option<Deferral>,
     /// The concurrency lease a grant holds (quotas with `max_in_flight`).

@@ -5,9 +5,11 @@
 //! (`sql/give_back_paced.sql`). A grant gets its slots, its tokens and its
 //! place, or none of them.
 
+use super::slots::{counted, WindowArrays};
 use super::{Lease, Store, Take};
 use crate::domain::catalog::QuotaRule;
 use crate::domain::decision::{Deferral, Limit, Outlook};
+use crate::domain::window::{self, WindowCount};
 use crate::domain::ClockReading;
 use chrono::{DateTime, Utc};
 
@@ -19,8 +21,9 @@ pub struct PacedAsks<'a> {
     /// Each ask's flow, in the same order: a place leased for an ask is held
     /// by its flow. May be empty when no ask needs a place.
     pub flows: &'a [String],
-    /// The highest ceiling among the asks.
-    pub ceiling: i64,
+    /// The share of each window's ceiling the asks may reach: the widest
+    /// of theirs (`None`: all of it).
+    pub share: Option<i16>,
     /// Every ask needs an in-flight place (enforced asks on a quota with
     /// `max_in_flight`).
     pub need_places: bool,
@@ -38,11 +41,9 @@ pub struct LabelledLease {
 #[derive(Clone, Debug)]
 pub struct PacedTake {
     pub clock: ClockReading,
-    /// The window's count the take started from.
-    pub count_before: i64,
-    /// The window's count after the take (`None` when nothing was taken).
-    pub count_after: Option<i64>,
-    /// Budget slots taken, and as many tokens.
+    /// The quota's windows as the take found them.
+    pub windows: Vec<WindowCount>,
+    /// Budget slots taken in every window, and as many tokens.
     pub taken: i64,
     /// What stopped the take short of what was asked: the budget, the
     /// cadence's tokens or the free in-flight places.
@@ -63,6 +64,7 @@ impl PacedTake {
             clock: self.clock,
             bucket: self.bucket,
             first_lease_expiry: self.first_lease_expiry,
+            reopening: None,
         }
     }
 
@@ -79,7 +81,7 @@ struct PacedArrays {
     quotas: Vec<String>,
     lo: Vec<i32>,
     hi: Vec<i32>,
-    ceilings: Vec<i64>,
+    windows: WindowArrays,
     need_places: Vec<bool>,
     rates: Vec<Option<f64>>,
     bursts: Vec<Option<f64>>,
@@ -89,7 +91,7 @@ struct PacedArrays {
 }
 
 impl PacedArrays {
-    fn push(&mut self, quota: &QuotaRule, asks: &PacedAsks<'_>) {
+    fn push(&mut self, quota: &QuotaRule, asks: &PacedAsks<'_>, regardless: bool) {
         let cadence = quota.cadence;
         let lo = self.slots.len() + 1;
         self.slots.extend_from_slice(asks.slots);
@@ -104,7 +106,12 @@ impl PacedArrays {
         self.lo.push(i32::try_from(lo).unwrap_or(i32::MAX));
         self.hi
             .push(i32::try_from(self.slots.len()).unwrap_or(i32::MAX));
-        self.ceilings.push(asks.ceiling);
+        self.windows.push(
+            self.quotas.len() - 1,
+            &quota.windows,
+            asks.share,
+            regardless,
+        );
         self.need_places.push(asks.need_places);
         self.rates.push(cadence.map(|c| c.rate));
         self.bursts.push(cadence.map(|c| c.burst));
@@ -142,20 +149,23 @@ impl Store {
     ) -> Result<Vec<PacedTake>, sqlx::Error> {
         let mut arrays = PacedArrays::default();
         for (quota, asks) in groups {
-            arrays.push(quota, asks);
+            arrays.push(quota, asks, spend_regardless);
         }
         let rows = sqlx::query_file!(
             "sql/take_paced_across.sql",
             &arrays.quotas,
             &arrays.lo,
             &arrays.hi,
-            &arrays.ceilings,
             &arrays.need_places,
             &arrays.rates as &[Option<f64>],
             &arrays.bursts as &[Option<f64>],
             &arrays.adaptive,
             &arrays.slots,
             &arrays.flows,
+            &arrays.windows.quota,
+            &arrays.windows.periods,
+            &arrays.windows.zones as &[Option<String>],
+            &arrays.windows.ceilings,
             spend_regardless
         )
         .fetch_all(self.pool())
@@ -173,10 +183,18 @@ impl Store {
                     ask: usize::try_from(ask - 1).unwrap_or_default(),
                 })
                 .collect();
+            let index = usize::try_from(row.quota_index - 1).unwrap_or(usize::MAX);
+            let Some((quota, _)) = groups.get(index) else {
+                continue;
+            };
             let take = PacedTake {
                 clock: clock_reading!(row),
-                count_before: row.count_before,
-                count_after: row.count_after,
+                windows: counted(
+                    &quota.windows,
+                    &row.window_starts,
+                    &row.window_ends,
+                    &row.counts_before,
+                ),
                 taken: row.taken,
                 slots_bound_by: if row.tokens_bound {
                     Limit::Cadence
@@ -189,7 +207,6 @@ impl Store {
                 first_lease_expiry: row.first_lease_expiry,
                 bucket: row.tokens.zip(row.rate),
             };
-            let index = usize::try_from(row.quota_index - 1).unwrap_or(usize::MAX);
             if let Some(slot) = takes.get_mut(index) {
                 *slot = Some(take);
             }
@@ -210,12 +227,13 @@ impl Store {
         takes.pop().ok_or(sqlx::Error::RowNotFound)
     }
 
-    /// Gives back to `quota`'s window `window_start`, its bucket and its
-    /// places what a group take took and no grant uses, in one statement.
+    /// Gives back to `quota`'s `windows` (those the take took from), its
+    /// bucket and its places what a group take took and no grant uses, in
+    /// one statement.
     pub async fn give_back_paced(
         &self,
         quota: &QuotaRule,
-        window_start: DateTime<Utc>,
+        windows: &[WindowCount],
         back: &PacedGiveBack<'_>,
     ) -> Result<(), sqlx::Error> {
         if back.is_empty() {
@@ -223,10 +241,13 @@ impl Store {
         }
         let cadence = quota.cadence;
         let (handed, holders): (Vec<i64>, Vec<String>) = back.handed.iter().cloned().unzip();
+        let periods: Vec<String> = windows.iter().map(|w| w.period.to_string()).collect();
+        let starts: Vec<DateTime<Utc>> = windows.iter().map(|w| w.window_start).collect();
         sqlx::query_file!(
             "sql/give_back_paced.sql",
             quota.name,
-            window_start,
+            &periods,
+            &starts,
             back.slots,
             back.tokens,
             cadence.map(|c| c.burst),
@@ -246,22 +267,32 @@ impl Store {
         &self,
         quota: &QuotaRule,
         k: i64,
-        ceiling: i64,
+        share: Option<i16>,
     ) -> Result<Take, sqlx::Error> {
         let slots = vec![1; usize::try_from(k).unwrap_or_default()];
         let asks = PacedAsks {
             slots: &slots,
             flows: &[],
-            ceiling,
+            share,
             need_places: false,
         };
         let take = self.take_paced_group(quota, &asks).await?;
+        let stopped_by = (take.taken < k).then(|| {
+            let refusing = window::refusing(&take.windows, share, take.taken, 1);
+            let outlook = take.outlook().refused_by(refusing);
+            // A full window outranks missing tokens: they come back sooner.
+            let limit = if refusing.is_some() {
+                Limit::Budget
+            } else {
+                take.slots_bound_by
+            };
+            Deferral::by(limit, &outlook, take.taken + 1)
+        });
         Ok(Take {
             clock: take.clock,
             taken: take.taken,
-            count_after: take.count_after,
-            stopped_by: (take.taken < k)
-                .then(|| Deferral::by(take.slots_bound_by, &take.outlook(), take.taken + 1)),
+            windows: take.windows,
+            stopped_by,
         })
     }
 }

@@ -1,19 +1,21 @@
-//! Taking up to k slots in one statement, and giving back what no item used.
-
-use chrono::{DateTime, Utc};
+//! Taking up to k slots in every window of a quota in one call, and giving
+//! back what no item used.
 
 use super::Store;
+use crate::domain::catalog::QuotaRule;
 use crate::domain::decision::Deferral;
+use crate::domain::window::{self, WindowCount, WindowRule};
 use crate::domain::ClockReading;
 
-/// What the take-up-to-k upsert answered.
-#[derive(Clone, Copy, Debug)]
+/// What a take of one quota answered.
+#[derive(Clone, Debug)]
 pub struct Take {
     pub clock: ClockReading,
-    /// Slots taken: `least(k, ceiling - count)`, 0 when the window is full.
+    /// Slots taken in every window: `least(k, what the fullest has left)`,
+    /// 0 when that is too little.
     pub taken: i64,
-    /// The window's count after the take (`None` when nothing was taken).
-    pub count_after: Option<i64>,
+    /// The quota's windows as the take found them.
+    pub windows: Vec<WindowCount>,
     /// Fewer than asked were taken: the limit that stopped the take, and
     /// when it lifts.
     pub stopped_by: Option<Deferral>,
@@ -23,10 +25,13 @@ pub struct Take {
 #[derive(Clone, Debug)]
 pub struct QuotaAsk {
     pub quota: String,
+    /// The quota's windows, as the group's latest arrival saw them.
+    pub windows: Vec<WindowRule>,
+    /// The share of each window's ceiling the group may reach: the widest
+    /// of its requests' (`None`: all of it).
+    pub share: Option<i16>,
     /// Slots asked for the quota's whole group.
     pub wanted: i64,
-    /// The highest ceiling among the group's requests.
-    pub ceiling: i64,
     /// The smallest request of the group: fewer slots left than this is nothing.
     pub smallest: i64,
 }
@@ -34,13 +39,13 @@ pub struct QuotaAsk {
 /// One quota's part of a take across quotas: what its group got. No
 /// refusal: the group's requests are rationed the take, and each refusal is
 /// built from that.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct QuotaTake {
     pub clock: ClockReading,
-    /// Slots taken, 0 when the window had too little left.
+    /// Slots taken in every window, 0 when the fullest had too little left.
     pub taken: i64,
-    /// The window's count after the take (`None` when nothing was taken).
-    pub count_after: Option<i64>,
+    /// The quota's windows as the take found them, in the order asked.
+    pub windows: Vec<WindowCount>,
 }
 
 impl Take {
@@ -48,7 +53,7 @@ impl Take {
     /// the slots, for a claim that wanted `wanted`. Only a claim that got
     /// less than it wanted hears what stopped the take: a claim served in
     /// full was held back by nothing, whatever its neighbours got.
-    pub(crate) fn share_of(self, share: i64, wanted: i64) -> Take {
+    pub(crate) fn share_of(&self, share: i64, wanted: i64) -> Take {
         Take {
             taken: share,
             stopped_by: if share < wanted {
@@ -56,85 +61,175 @@ impl Take {
             } else {
                 None
             },
-            ..self
+            ..self.clone()
         }
     }
 }
 
 impl QuotaAsk {
-    /// Observe mode: `slots` of `quota` spent whatever the window's count,
-    /// so that the count stays the honest record of every slot spent.
-    pub fn regardless(quota: &str, slots: i64) -> Self {
+    /// Observe mode: `slots` of `quota` spent in every window whatever its
+    /// count, so that each count stays the honest record of every slot spent.
+    pub fn regardless(quota: &QuotaRule, slots: i64) -> Self {
         QuotaAsk {
-            quota: quota.to_string(),
+            quota: quota.name.clone(),
+            windows: quota.windows.clone(),
+            share: None,
             wanted: slots,
-            ceiling: i64::MAX,
             smallest: slots,
         }
     }
 }
 
+/// The windows of every quota of a call, end to end, as the statements
+/// take them (`sql/functions/take_windows.sql`): window j is of quota
+/// `quota[j]` (from 1), with the ceiling its group may reach.
+#[derive(Default)]
+pub(super) struct WindowArrays {
+    pub quota: Vec<i32>,
+    pub periods: Vec<String>,
+    pub zones: Vec<Option<String>>,
+    pub ceilings: Vec<i64>,
+}
+
+impl WindowArrays {
+    /// Quota number `index` (from 0) has `windows`, of which its group may
+    /// reach `share`; `regardless`: no ceiling (observe mode).
+    pub(super) fn push(
+        &mut self,
+        index: usize,
+        windows: &[WindowRule],
+        share: Option<i16>,
+        regardless: bool,
+    ) {
+        for window in windows {
+            self.quota
+                .push(i32::try_from(index + 1).unwrap_or(i32::MAX));
+            self.periods.push(window.period.to_string());
+            self.zones.push(window.zone.clone());
+            self.ceilings.push(if regardless {
+                i64::MAX
+            } else {
+                window.ceiling_for(share)
+            });
+        }
+    }
+}
+
+/// The windows a statement answered for a quota: `windows`' bounds and
+/// counts in the order asked.
+pub(super) fn counted(
+    windows: &[WindowRule],
+    starts: &[chrono::DateTime<chrono::Utc>],
+    ends: &[chrono::DateTime<chrono::Utc>],
+    counts_before: &[i64],
+) -> Vec<WindowCount> {
+    windows
+        .iter()
+        .zip(starts.iter().zip(ends).zip(counts_before))
+        .map(
+            |(rule, ((&window_start, &window_end), &count_before))| WindowCount {
+                period: rule.period,
+                window_start,
+                window_end,
+                ceiling: rule.ceiling,
+                count_before,
+            },
+        )
+        .collect()
+}
+
 impl Store {
-    /// One statement takes slots of every quota in `asks` (each row its own
-    /// conditional upsert, rows locked in quota order); the takes answer in
+    /// One call takes slots of every quota in `asks`, all or nothing across
+    /// each quota's windows (rows locked in key order); the takes answer in
     /// the order of `asks`, with 0 taken where a window had too little left.
+    /// `regardless`: observe mode, every slot spent whatever the counts.
     pub async fn take_slots_across(
         &self,
         asks: &[QuotaAsk],
+        regardless: bool,
     ) -> Result<Vec<QuotaTake>, sqlx::Error> {
         let quotas: Vec<String> = asks.iter().map(|a| a.quota.clone()).collect();
         let wanted: Vec<i64> = asks.iter().map(|a| a.wanted).collect();
-        let ceilings: Vec<i64> = asks.iter().map(|a| a.ceiling).collect();
         let smallest: Vec<i64> = asks.iter().map(|a| a.smallest).collect();
+        let mut windows = WindowArrays::default();
+        for (index, ask) in asks.iter().enumerate() {
+            windows.push(index, &ask.windows, ask.share, regardless);
+        }
         let rows = sqlx::query_file!(
-            "sql/take_slots_across.sql",
+            "sql/take_windows.sql",
             &quotas,
             &wanted,
-            &ceilings,
-            &smallest
+            &smallest,
+            &windows.quota,
+            &windows.periods,
+            &windows.zones as &[Option<String>],
+            &windows.ceilings,
+            regardless
         )
         .fetch_all(self.pool())
         .await?;
-        let clock = rows
-            .first()
-            .map(|row| clock_reading!(row))
-            .ok_or(sqlx::Error::RowNotFound)?;
+        if rows.len() != asks.len() {
+            return Err(sqlx::Error::RowNotFound);
+        }
         Ok(asks
             .iter()
-            .map(|ask| {
-                let row = rows.iter().find(|r| r.quota.as_deref() == Some(&ask.quota));
-                QuotaTake {
-                    clock,
-                    taken: row.and_then(|r| r.taken).unwrap_or(0),
-                    count_after: row.and_then(|r| r.count_after),
-                }
+            .zip(rows)
+            .map(|(ask, row)| QuotaTake {
+                clock: clock_reading!(row),
+                taken: row.taken,
+                windows: counted(
+                    &ask.windows,
+                    &row.window_starts,
+                    &row.window_ends,
+                    &row.counts_before,
+                ),
             })
             .collect())
     }
 
-    /// One conditional upsert (design.md §3.2, §8): takes `least(k, what is
-    /// left)` of `quota`'s current window. The caller guards `ceiling < 1`.
-    pub async fn take_slots(&self, quota: &str, k: i64, ceiling: i64) -> Result<Take, sqlx::Error> {
-        let row = sqlx::query_file!("sql/take_slots.sql", quota, k, ceiling)
-            .fetch_one(self.pool())
-            .await?;
-        let clock = clock_reading!(row);
+    /// Takes `least(k, what is left)` of every window of `quota` for a flow
+    /// that may use `share` of each (a claim's lane), all or nothing across
+    /// the windows (design.md §3.2, §12).
+    pub async fn take_slots(
+        &self,
+        quota: &QuotaRule,
+        k: i64,
+        share: Option<i16>,
+    ) -> Result<Take, sqlx::Error> {
+        let ask = QuotaAsk {
+            quota: quota.name.clone(),
+            windows: quota.windows.clone(),
+            share,
+            wanted: k,
+            smallest: 1,
+        };
+        let take = self
+            .take_slots_across(std::slice::from_ref(&ask), false)
+            .await?
+            .pop()
+            .ok_or(sqlx::Error::RowNotFound)?;
+        let stopped_by = (take.taken < k)
+            .then(|| window::refusing(&take.windows, share, take.taken, 1))
+            .flatten()
+            .map(Deferral::budget);
         Ok(Take {
-            clock,
-            taken: row.taken,
-            count_after: row.count_after,
-            stopped_by: (row.taken < k).then(|| Deferral::budget(&clock)),
+            clock: take.clock,
+            taken: take.taken,
+            windows: take.windows,
+            stopped_by,
         })
     }
 
-    /// Decrements the window the slots were taken from (never another one).
+    /// Decrements the windows the slots were taken from (never others).
     async fn give_back_slots(
         &self,
         quota: &str,
-        window_start: DateTime<Utc>,
+        windows: &[WindowCount],
         slots: i64,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query_file!("sql/give_back_slots.sql", quota, window_start, slots)
+        let periods: Vec<String> = windows.iter().map(|w| w.period.to_string()).collect();
+        let starts: Vec<_> = windows.iter().map(|w| w.window_start).collect();
+        sqlx::query_file!("sql/give_back_slots.sql", quota, &periods, &starts, slots)
             .execute(self.pool())
             .await?;
         Ok(())
@@ -143,16 +238,11 @@ impl Store {
     /// Gives back slots a take got that no request uses. A failure leaves
     /// them counted as spent — an over-count, never an under-count — and is
     /// logged here, once, for every path that gives back.
-    pub(crate) async fn give_back_unused(
-        &self,
-        quota: &str,
-        window_start: DateTime<Utc>,
-        slots: i64,
-    ) {
-        if slots < 1 {
+    pub(crate) async fn give_back_unused(&self, quota: &str, windows: &[WindowCount], slots: i64) {
+        if slots < 1 || windows.is_empty() {
             return;
         }
-        if let Err(error) = self.give_back_slots(quota, window_start, slots).await {
+        if let Err(error) = self.give_back_slots(quota, windows, slots).await {
             tracing::warn!(%error, quota, slots, "slots not given back: counted as spent");
         }
     }
@@ -176,10 +266,11 @@ mod tests {
         Take {
             clock,
             taken: 3,
-            count_after: Some(3),
+            windows: Vec::new(),
             stopped_by: Some(Deferral {
                 limit: Limit::Cadence,
                 retry_at: now + Duration::seconds(2),
+                period: None,
             }),
         }
     }
@@ -190,7 +281,6 @@ mod tests {
         let served = take.share_of(2, 2);
         assert_eq!(served.taken, 2);
         assert!(served.stopped_by.is_none());
-        assert_eq!(served.count_after, take.count_after);
         assert_eq!(served.clock.window_start, take.clock.window_start);
     }
 

@@ -13,11 +13,12 @@ pub struct QuotaShare {
     pub rate: Option<f64>,
     /// Bucket size, the adaptive factor applied; `null` without cadence.
     pub burst: Option<f64>,
-    /// Slots per UTC hour. Without cadence a client's local rate is
-    /// `hourly_ceiling / 3600` per second with a burst of 1; with cadence,
-    /// `rate` and `burst`; either way divided among `clients`.
+    /// Slots per UTC hour (`null` without a `1h` window). Without cadence a
+    /// client's local rate is `hourly_ceiling / 3600` per second with a
+    /// burst of 1; with cadence, `rate` and `burst`; either way divided
+    /// among `clients`.
     #[schema(minimum = 0, maximum = 9007199254740992_i64)]
-    pub hourly_ceiling: i64,
+    pub hourly_ceiling: Option<i64>,
     /// Live share-stream clients of this quota across replicas: each one's
     /// share is `rate / clients`.
     pub clients: i64,

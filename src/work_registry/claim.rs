@@ -96,7 +96,7 @@ pub(crate) struct Lanes {
     /// Per enforced quota, the ceiling a take may reach: the strictest
     /// headroom share among the lane's flows, so no flow's items go past its
     /// part of the window.
-    take_ceilings: BTreeMap<String, i64>,
+    take_shares: BTreeMap<String, Option<i16>>,
 }
 
 impl Lanes {
@@ -104,7 +104,7 @@ impl Lanes {
         let mut lanes = Lanes {
             enforced: BTreeMap::new(),
             observed: BTreeMap::new(),
-            take_ceilings: BTreeMap::new(),
+            take_shares: BTreeMap::new(),
         };
         // The worker's flows (each once), or every flow of the catalog.
         let names: BTreeSet<&str> = match worker_flows {
@@ -124,15 +124,24 @@ impl Lanes {
                 .or_insert_with(|| (rule.quota.clone(), Vec::new()));
             entry.1.push(name.to_string());
             if rule.flow.mode == Mode::Enforce {
-                let ceiling = rule.quota.ceiling_for(rule.flow.priority);
+                let share = rule.quota.share_for(rule.flow.priority);
                 lanes
-                    .take_ceilings
+                    .take_shares
                     .entry(rule.quota.name.clone())
-                    .and_modify(|c| *c = (*c).min(ceiling))
-                    .or_insert(ceiling);
+                    .and_modify(|s| *s = narrowest(*s, share))
+                    .or_insert(share);
             }
         }
         lanes
+    }
+}
+
+/// The narrower of two shares of a window (`None`: all of it).
+fn narrowest(a: Option<i16>, b: Option<i16>) -> Option<i16> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
     }
 }
 
@@ -157,7 +166,10 @@ impl HeldTakes {
         let unused: Vec<(String, Take, i64)> = std::mem::take(&mut self.takes)
             .into_iter()
             .zip(used)
-            .map(|((quota, take), used)| (quota, take, take.taken - used))
+            .map(|((quota, take), used)| {
+                let unused = take.taken - used;
+                (quota, take, unused)
+            })
             .collect();
         give_back(self.store.clone(), unused).await;
     }
@@ -170,7 +182,10 @@ impl Drop for HeldTakes {
         }
         let all = std::mem::take(&mut self.takes)
             .into_iter()
-            .map(|(quota, take)| (quota, take, take.taken))
+            .map(|(quota, take)| {
+                let taken = take.taken;
+                (quota, take, taken)
+            })
             .collect();
         tokio::spawn(give_back(self.store.clone(), all));
     }
@@ -179,8 +194,7 @@ impl Drop for HeldTakes {
 /// Slots taken that no leased item uses.
 async fn give_back(store: Store, unused: Vec<(String, Take, i64)>) {
     for (quota, take, slots) in unused {
-        let window = take.clock.window_start;
-        store.give_back_unused(&quota, window, slots).await;
+        store.give_back_unused(&quota, &take.windows, slots).await;
     }
 }
 
@@ -248,8 +262,9 @@ impl WorkRegistry {
             let decision = match (kind, &rule) {
                 (ClaimLane::Due, _) => bypass.grant(&one_slot_of(&item)),
                 (ClaimLane::Enforced(take), Some(rule)) => {
-                    let mut decision = with_rule(rule);
-                    decision.window_start = Some(share.takes[take].clock.window_start);
+                    let taken = &share.takes[take];
+                    let mut decision =
+                        with_rule(rule).counted_in(&taken.windows, None, &taken.clock);
                     if let Some(place) = share.place_leases.get(&item.id) {
                         decision.lease_id = Some(place.lease_id);
                         decision.valid_until = Some(place.valid_until);
@@ -329,7 +344,7 @@ impl WorkRegistry {
         let observed: Vec<&[String]> = lanes.observed.values().map(|(_, f)| f.as_slice()).collect();
         let lease = self.store.lease_claim(begun, &observed, &enforced);
         let leases = shell.run(Operation::ClaimWork, lease).await?;
-        let takes: Vec<Take> = held.takes.iter().map(|(_, take)| *take).collect();
+        let takes: Vec<Take> = held.takes.iter().map(|(_, take)| take.clone()).collect();
         for ((name, take), used) in held.takes.iter().zip(&leases.used) {
             self.busy_lanes.record(name, *used == take.taken);
         }
@@ -357,24 +372,25 @@ impl WorkRegistry {
         let mut enforced = Vec::new();
         let mut lifts_first = None;
         for (name, (quota, flows)) in &lanes.enforced {
-            let ceiling = lanes.take_ceilings[name];
-            if ceiling < 1 || !busy(name, flows) {
-                // The guard: a ceiling below 1 grants nothing.
+            let share = lanes.take_shares[name];
+            if !busy(name, flows) {
                 continue;
             }
-            let take = self.take_for_claim(shell, quota, wanted, ceiling).await?;
+            // A window whose ceiling is below 1 for the lane takes nothing:
+            // the take computes every window's room before it writes.
+            let take = self.take_for_claim(shell, quota, wanted, share).await?;
             // A take stopped short says when more could come, for the
             // claims of the group that get nothing.
             lifts_first = earliest(lifts_first, take.stopped_by);
             if take.taken == 0 {
                 continue;
             }
-            held.takes.push((name.clone(), take));
             enforced.push(EnforcedLane {
                 quota,
                 flows,
                 slots: take.taken,
             });
+            held.takes.push((name.clone(), take));
         }
         Ok((held, enforced, lifts_first))
     }

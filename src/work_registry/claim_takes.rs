@@ -26,22 +26,22 @@ pub(crate) struct TakeWaiter {
     reply: Reply<Take>,
 }
 
-/// Queues by quota and the ceiling its takes may reach (claims of workers
-/// with different flows may have different headroom ceilings); a group is
-/// taken by the quota's rule as its latest arrival saw it.
-pub(crate) type ClaimTakes = Gather<(String, i64), QuotaRule, TakeWaiter>;
+/// Queues by quota and the share of its windows its takes may reach (claims
+/// of workers with different flows may have different headroom shares); a
+/// group is taken by the quota's rule as its latest arrival saw it.
+pub(crate) type ClaimTakes = Gather<(String, Option<i16>), QuotaRule, TakeWaiter>;
 
 impl WorkRegistry {
-    /// Up to `want` slots of `quota`, never past `ceiling`, for one claim,
-    /// taken together with the concurrent claims of the quota.
+    /// Up to `want` slots of `quota`, never past `share` of any window, for
+    /// one claim, taken together with the concurrent claims of the quota.
     pub(super) async fn take_for_claim(
         &self,
         shell: &Shell,
         quota: &QuotaRule,
         want: i64,
-        ceiling: i64,
+        share: Option<i16>,
     ) -> Result<Take, StoreError> {
-        let key = (quota.name.clone(), ceiling);
+        let key = (quota.name.clone(), share);
         let waiter = |reply| TakeWaiter { want, reply };
         let lead = |key| self.clone().lead_claim_takes(key);
         let share = self.claim_takes.ask(key, quota.clone(), waiter, lead);
@@ -56,13 +56,13 @@ impl WorkRegistry {
 
     /// Takes for the quota's queue, group after group, until nobody waits.
     #[tracing::instrument(skip(self), fields(quota = %key.0))]
-    async fn lead_claim_takes(self, key: (String, i64)) {
-        let (name, ceiling) = &key;
+    async fn lead_claim_takes(self, key: (String, Option<i16>)) {
+        let (name, share) = &key;
         while let Some((rule, group)) = self.claim_takes.next_group(&key) {
             let wants: Vec<i64> = group.iter().map(|waiter| waiter.want).collect();
             let wanted = wants.iter().sum();
-            let (store, ceiling) = (self.store.clone(), *ceiling);
-            let taken = async move { store.take_for_claim(&rule, wanted, ceiling).await };
+            let (store, share) = (self.store.clone(), *share);
+            let taken = async move { store.take_for_claim(&rule, wanted, share).await };
             // One statement, one latency and at most one store error for the
             // group; an answer that comes after the time limit goes back.
             let settle = self.reservations.giving_back(name);
@@ -79,9 +79,8 @@ impl WorkRegistry {
             };
             for (waiter, share) in group.into_iter().zip(share_up_to(&wants, take.taken)) {
                 if let Err(Ok(unheard)) = waiter.reply.send(Ok(take.share_of(share, waiter.want))) {
-                    let window = unheard.clock.window_start;
                     self.store
-                        .give_back_unused(name, window, unheard.taken)
+                        .give_back_unused(name, &unheard.windows, unheard.taken)
                         .await;
                 }
             }

@@ -292,6 +292,29 @@ async fn assert_batch_answers_like_reserve(app: &TestApp, body: Value) {
             "lease_id" | "valid_until" => {
                 assert_eq!(alone.is_null(), batched.is_null(), "{body}: {field}")
             }
+            // The same windows, each with what was left after the decision:
+            // the batch came second, so no more than after the single one.
+            "windows" => {
+                let without_left = |windows: &Value| {
+                    let mut windows = windows.clone();
+                    for window in windows.as_array_mut().into_iter().flatten() {
+                        window.as_object_mut().unwrap().remove("left");
+                    }
+                    windows
+                };
+                assert_eq!(
+                    without_left(batched),
+                    without_left(alone),
+                    "{body}: {field}"
+                );
+                let lefts = |windows: &Value| -> Vec<Option<i64>> {
+                    let windows = windows.as_array().cloned().unwrap_or_default();
+                    windows.iter().map(|w| w["left"].as_i64()).collect()
+                };
+                for (b, a) in lefts(batched).into_iter().zip(lefts(alone)) {
+                    assert!(b.zip(a).is_none_or(|(b, a)| b <= a), "{body}: {field}");
+                }
+            }
             _ => assert_eq!(batched, alone, "{body}: {field}"),
         }
     }

@@ -352,6 +352,24 @@ pub async fn pin_clock_at(pool: &PgPool, seconds: f64) -> PgPool {
     pool_of(pool, 16).await
 }
 
+/// Moves this database's clock to `at` (an RFC 3339 instant; time keeps
+/// running from there), and returns a pool whose connections see it.
+pub async fn pin_clock_to(pool: &PgPool, at: &str) -> PgPool {
+    let offset: String = sqlx::query_scalar("SELECT ($1::timestamptz - now())::text")
+        .bind(at)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let db = database_name(pool).await;
+    sqlx::query(&format!(
+        r#"ALTER DATABASE "{db}" SET quota_arbiter.clock_offset = '{offset}'"#
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    pool_of(pool, 16).await
+}
+
 /// A new pool of at most `connections` to this test's database, beside
 /// `pool` (whose connections it neither shares nor sees).
 pub async fn pool_of(pool: &PgPool, connections: u32) -> PgPool {

@@ -25,8 +25,8 @@ async fn history(pool: &PgPool) -> PgPool {
     let pool = pin_clock(pool, 30).await;
     sqlx::raw_sql(
         "INSERT INTO quota (name, hourly_ceiling) VALUES ('ppf', 10);
-         INSERT INTO quota_window (quota, window_start, count)
-         SELECT 'ppf', window_start_of(arbiter_now()) - make_interval(hours => h), 1
+         INSERT INTO quota_window (quota, period, window_start, count)
+         SELECT 'ppf', '1h', window_start_of(arbiter_now()) - make_interval(hours => h), 1
          FROM generate_series(0, 6) h;
          INSERT INTO decision_tally (window_start, quota, flow, granted)
          SELECT window_start_of(arbiter_now()) - make_interval(hours => h), 'ppf', 'invoice', 1

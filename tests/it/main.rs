@@ -31,6 +31,7 @@ mod rules;
 mod schema;
 mod shell_worker;
 mod shutdown;
+mod stacked;
 mod stream;
 mod surfaces;
 mod tally;

@@ -333,8 +333,8 @@ async fn metrics_expose_modes_usage_and_pool(pool: PgPool) {
     for line in [
         r#"quota_arbiter_flow_mode{flow="invoice",quota="ppf",mode="enforce"} 1"#,
         r#"quota_arbiter_flow_mode{flow="invoice",quota="ppf",mode="observe"} 0"#,
-        r#"quota_arbiter_window_slots_spent{quota="ppf"} 1"#,
-        r#"quota_arbiter_window_ceiling{quota="ppf"} 5"#,
+        r#"quota_arbiter_window_slots_spent{quota="ppf",period="1h"} 1"#,
+        r#"quota_arbiter_window_ceiling{quota="ppf",period="1h"} 5"#,
         r#"quota_arbiter_decisions_total{quota="ppf",flow="invoice",outcome="granted",mode="enforce"} 1"#,
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");

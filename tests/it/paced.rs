@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use quota_arbiter::domain::catalog::{Cadence, QuotaRule};
 use quota_arbiter::domain::decision::{Decision, Limit, Outcome};
+use quota_arbiter::domain::window::WindowRule;
 use quota_arbiter::store::{PacedAsks, PacedGiveBack, Store};
 use serde_json::json;
 use sqlx::PgPool;
@@ -58,7 +59,7 @@ async fn live_leases(pool: &PgPool, quota: &str) -> i64 {
 fn paced_quota(name: &str, cadence: Option<Cadence>, max_in_flight: Option<i32>) -> QuotaRule {
     QuotaRule {
         name: name.into(),
-        hourly_ceiling: 1_000_000,
+        windows: vec![WindowRule::hour(1_000_000)],
         cadence,
         max_in_flight,
         priority2_share: None,
@@ -123,7 +124,7 @@ async fn concurrent_group_takes_never_keep_more_tokens_than_the_bucket_refilled(
                 let asks = PacedAsks {
                     slots: &slots,
                     flows: &[],
-                    ceiling: quota.hourly_ceiling,
+                    share: None,
                     need_places: false,
                 };
                 let take = store.take_paced_group(&quota, &asks).await.unwrap();
@@ -141,8 +142,10 @@ async fn concurrent_group_takes_never_keep_more_tokens_than_the_bucket_refilled(
                     tokens: unused,
                     ..PacedGiveBack::default()
                 };
-                let window = take.clock.window_start;
-                store.give_back_paced(&quota, window, &back).await.unwrap();
+                store
+                    .give_back_paced(&quota, &take.windows, &back)
+                    .await
+                    .unwrap();
                 kept.fetch_add(take.taken - unused, Ordering::SeqCst);
             }
         }));
@@ -177,7 +180,7 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
     let five = PacedAsks {
         slots: &slots,
         flows: &flows,
-        ceiling: quota.hourly_ceiling,
+        share: None,
         need_places: true,
     };
     let full = store.take_paced_group(&quota, &five).await.unwrap();
@@ -211,7 +214,7 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
                 let asks = PacedAsks {
                     slots: &slots,
                     flows: &flows,
-                    ceiling: quota.hourly_ceiling,
+                    share: None,
                     need_places: true,
                 };
                 let take = store.take_paced_group(&quota, &asks).await.unwrap();
@@ -237,8 +240,10 @@ async fn concurrent_group_takes_lease_each_place_to_one_holder_at_a_time(pool: P
                     freed: unused,
                     ..PacedGiveBack::default()
                 };
-                let window = take.clock.window_start;
-                store.give_back_paced(&quota, window, &back).await.unwrap();
+                store
+                    .give_back_paced(&quota, &take.windows, &back)
+                    .await
+                    .unwrap();
                 for id in reported {
                     assert!(store.release_lease(*id, None).await.unwrap().is_some());
                 }
@@ -261,18 +266,20 @@ async fn a_give_back_never_fills_the_bucket_past_its_burst(pool: PgPool) {
     let asks = PacedAsks {
         slots: &slots,
         flows: &[],
-        ceiling: 1000,
+        share: None,
         need_places: false,
     };
     let take = store.take_paced_group(&quota, &asks).await.unwrap();
     assert_eq!(take.taken, 2);
-    let window = take.clock.window_start;
     let back = PacedGiveBack {
         slots: 2,
         tokens: 7,
         ..PacedGiveBack::default()
     };
-    store.give_back_paced(&quota, window, &back).await.unwrap();
+    store
+        .give_back_paced(&quota, &take.windows, &back)
+        .await
+        .unwrap();
     let (tokens, _) = bucket(&pool, "api").await;
     assert!(
         (tokens - 5.0).abs() < 1e-9,
@@ -763,9 +770,9 @@ async fn a_take_of_single_paced_slots_names_only_what_stopped_it_short(pool: PgP
     // Practically no refill: the burst is all there is.
     let (pool, quota) = api_with_cadence(&pool, 100, 0.001, 3.0).await;
     let store = Store::new(pool.clone());
-    let all = store.take_paced_slots(&quota, 2, 100).await.unwrap();
+    let all = store.take_paced_slots(&quota, 2, None).await.unwrap();
     assert_eq!((all.taken, all.stopped_by), (2, None));
-    let short = store.take_paced_slots(&quota, 2, 100).await.unwrap();
+    let short = store.take_paced_slots(&quota, 2, None).await.unwrap();
     assert_eq!(short.taken, 1);
     let stopped = short.stopped_by.expect("stopped short by the tokens");
     assert_eq!(stopped.limit, Limit::Cadence);

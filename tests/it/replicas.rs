@@ -14,12 +14,12 @@ use crate::helpers::{
 };
 
 const CALLERS: usize = 64;
-const DEMAND: usize = 2000;
+pub(crate) const DEMAND: usize = 2000;
 const CEILING: i64 = 500;
 
 /// `DEMAND` single-slot requests from `CALLERS` concurrent callers, spread
 /// round-robin over the replicas.
-async fn hammer(replicas: &[Replica], flow: &str) -> Vec<Decision> {
+pub(crate) async fn hammer(replicas: &[Replica], flow: &str) -> Vec<Decision> {
     let bases: Arc<Vec<String>> = Arc::new(replicas.iter().map(|r| r.base.clone()).collect());
     let next = Arc::new(AtomicUsize::new(0));
     let client = reqwest::Client::new();
@@ -60,11 +60,11 @@ async fn hammer(replicas: &[Replica], flow: &str) -> Vec<Decision> {
     all
 }
 
-fn count(decisions: &[Decision], outcome: Outcome) -> usize {
+pub(crate) fn count(decisions: &[Decision], outcome: Outcome) -> usize {
     decisions.iter().filter(|d| d.outcome == outcome).count()
 }
 
-async fn three_replicas(pool: &PgPool) -> Vec<Replica> {
+pub(crate) async fn three_replicas(pool: &PgPool) -> Vec<Replica> {
     let url = database_url(pool, &postgres_host_port()).await;
     let mut replicas = Vec::new();
     for _ in 0..3 {

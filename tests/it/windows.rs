@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeZone, Timelike, Utc};
+use quota_arbiter::domain::catalog::QuotaRule;
 use quota_arbiter::domain::decision::{Decision, Limit, Outcome};
+use quota_arbiter::domain::window::WindowRule;
 use quota_arbiter::store::{QuotaAsk, QuotaTake, Store};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
@@ -171,29 +173,50 @@ async fn reservations_land_in_utc_hour_windows_when_sessions_are_not_utc(pool: P
 async fn take(store: &Store, quota: &str, slots: i64, ceiling: i64) -> QuotaTake {
     let ask = QuotaAsk {
         quota: quota.to_string(),
+        windows: vec![WindowRule::hour(ceiling)],
+        share: None,
         wanted: slots,
-        ceiling,
         smallest: slots,
     };
-    store.take_slots_across(&[ask]).await.unwrap().remove(0)
+    store
+        .take_slots_across(&[ask], false)
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+/// `slots` of `quota`'s hour spent regardless (observe mode).
+fn observed_ask(quota: &str, slots: i64) -> QuotaAsk {
+    QuotaAsk {
+        quota: quota.to_string(),
+        windows: vec![WindowRule::hour(1)],
+        share: None,
+        wanted: slots,
+        smallest: slots,
+    }
+}
+
+/// The hour's count after a take, `None` when it took nothing.
+fn count_after(take: &QuotaTake) -> Option<i64> {
+    (take.taken > 0).then(|| take.windows[0].count_before + take.taken)
 }
 
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: PgPool) {
     create_flow(&pool, "ppf", 2, "invoice", "enforce").await;
     let store = Store::new(pool.clone());
-    assert_eq!(take(&store, "ppf", 2, 2).await.count_after, Some(2));
+    assert_eq!(count_after(&take(&store, "ppf", 2, 2).await), Some(2));
     let refused = take(&store, "ppf", 1, 2).await;
-    assert_eq!((refused.taken, refused.count_after), (0, None));
+    assert_eq!((refused.taken, count_after(&refused)), (0, None));
     // Observe spends regardless and reports the honest count.
     let observed = store
-        .take_slots_across(&[QuotaAsk::regardless("ppf", 1)])
+        .take_slots_across(&[observed_ask("ppf", 1)], true)
         .await
         .unwrap();
-    assert_eq!(observed[0].count_after, Some(3));
+    assert_eq!(count_after(&observed[0]), Some(3));
     // A ceiling of 0 with an empty window: the insert branch refuses too.
     create_flow(&pool, "closed", 0, "x", "enforce").await;
-    assert_eq!(take(&store, "closed", 1, 0).await.count_after, None);
+    assert_eq!(count_after(&take(&store, "closed", 1, 0).await), None);
     let counted: Vec<(String, i64)> =
         sqlx::query_as("SELECT quota, count FROM quota_window ORDER BY quota")
             .fetch_all(&pool)
@@ -214,9 +237,17 @@ async fn the_conditional_upsert_refuses_with_zero_rows_and_spends_nothing(pool: 
 async fn a_take_of_up_to_k_names_the_window_only_when_it_fell_short(pool: PgPool) {
     create_flow(&pool, "ppf", 3, "invoice", "enforce").await;
     let store = Store::new(pool.clone());
-    let all = store.take_slots("ppf", 2, 3).await.unwrap();
+    let quota = QuotaRule {
+        name: "ppf".into(),
+        windows: vec![WindowRule::hour(3)],
+        cadence: None,
+        max_in_flight: None,
+        priority2_share: None,
+        priority3_share: None,
+    };
+    let all = store.take_slots(&quota, 2, None).await.unwrap();
     assert_eq!((all.taken, all.stopped_by), (2, None));
-    let short = store.take_slots("ppf", 2, 3).await.unwrap();
+    let short = store.take_slots(&quota, 2, None).await.unwrap();
     assert_eq!(short.taken, 1);
     let stopped = short.stopped_by.expect("stopped short by the window");
     assert_eq!(stopped.limit, Limit::Budget);

@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{validate_limits, Mode};
+use super::{validate_cadence, validate_ceiling, Mode};
+use crate::domain::window::{sorted_distinct, windows_of, Period, WindowRule, WindowSpec};
 use crate::domain::{Patch, QuotaName};
 
 /// Priority of a flow that names none.
@@ -17,7 +18,8 @@ pub const DEFAULT_PRIORITY: i16 = 2;
 /// A quota's settings as stored: every limit resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuotaSettings {
-    pub hourly_ceiling: i64,
+    /// Its windows, shortest first, each period once; at least one.
+    pub windows: Vec<WindowRule>,
     pub rate: Option<f64>,
     pub burst: Option<f64>,
     pub adaptive: bool,
@@ -27,10 +29,10 @@ pub struct QuotaSettings {
 }
 
 impl QuotaSettings {
-    /// A quota nobody sized yet: the default ceiling and nothing else.
+    /// A quota nobody sized yet: the default hour and nothing else.
     pub fn sized(hourly_ceiling: i64) -> Self {
         Self {
-            hourly_ceiling,
+            windows: vec![WindowRule::hour(hourly_ceiling)],
             rate: None,
             burst: None,
             adaptive: true,
@@ -40,9 +42,24 @@ impl QuotaSettings {
         }
     }
 
+    /// The `1h` window's ceiling (`hourly_ceiling` in answers and views).
+    pub fn hourly_ceiling(&self) -> Option<i64> {
+        self.windows
+            .iter()
+            .find(|w| w.period == Period::HOUR)
+            .map(|w| w.ceiling)
+    }
+
     /// The checks every quota passes, whichever surface wrote it.
-    pub(crate) fn validated(self) -> Result<Self, String> {
-        validate_limits(self.hourly_ceiling, self.rate, self.burst)?;
+    pub(crate) fn validated(mut self) -> Result<Self, String> {
+        for window in &self.windows {
+            validate_ceiling(
+                &format!("the `{}` window's ceiling", window.period),
+                window.ceiling,
+            )?;
+        }
+        sorted_distinct(&mut self.windows)?;
+        validate_cadence(self.rate, self.burst)?;
         if self
             .max_in_flight
             .is_some_and(|n| !(1..=10_000).contains(&n))
@@ -57,15 +74,50 @@ impl QuotaSettings {
     }
 }
 
+/// The windows a write declares: `windows` as given, with `hourly_ceiling`
+/// as the `1h` window (saying both for the hour is refused: which one?);
+/// none at all is the default hour.
+fn declared_windows(
+    windows: Vec<WindowRule>,
+    hourly_ceiling: Option<i64>,
+    default_ceiling: i64,
+) -> Result<Vec<WindowRule>, String> {
+    let mut windows = windows;
+    if let Some(ceiling) = hourly_ceiling {
+        validate_ceiling("hourly_ceiling", ceiling)?;
+        windows.retain(|w| w.period != Period::HOUR);
+        windows.push(WindowRule::hour(ceiling));
+    }
+    if windows.is_empty() {
+        windows.push(WindowRule::hour(default_ceiling));
+    }
+    Ok(windows)
+}
+
+/// A `1h` window in `windows` beside `hourly_ceiling`: two ceilings for one hour.
+fn hour_said_twice(specs: &[WindowSpec]) -> Result<(), String> {
+    let hour = Period::HOUR.to_string();
+    if specs
+        .iter()
+        .any(|spec| Period::parse(&spec.period).is_ok_and(|p| p.to_string() == hour))
+    {
+        return Err("`hourly_ceiling` and a `1h` window both set the hour: give one".into());
+    }
+    Ok(())
+}
+
 /// A whole quota, as `PUT /v1/quotas/{name}` or a config file's
 /// `[quotas.NAME]` declares it: a limit left out is off.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaLimits {
-    /// Slots per UTC hour; defaults to QUOTA_HOURLY_CEILING. Below 1 refuses everything.
+    /// The `1h` window's ceiling: slots per UTC hour. A quota that declares
+    /// neither this nor `windows` gets QUOTA_HOURLY_CEILING. Below 1 refuses everything.
     #[schema(minimum = 0, maximum = 9007199254740992_i64)]
     #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub hourly_ceiling: Option<i64>,
+    /// Stacked windows (design.md §12): a reservation spends every one or none.
+    pub windows: Option<Vec<WindowSpec>>,
     /// Cadence: sustained tokens per second (with `burst`).
     pub rate: Option<f64>,
     /// Cadence: bucket size, at least 1 (with `rate`).
@@ -76,11 +128,11 @@ pub struct QuotaLimits {
     #[schema(minimum = 1, maximum = 10000)]
     #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub max_in_flight: Option<i32>,
-    /// Headroom: percent of the ceiling open to priority-2 flows.
+    /// Headroom: percent of every window's ceiling open to priority-2 flows.
     #[schema(minimum = 0, maximum = 100)]
     #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub priority2_share: Option<i16>,
-    /// Headroom: percent of the ceiling open to priority-3 flows.
+    /// Headroom: percent of every window's ceiling open to priority-3 flows.
     #[schema(minimum = 0, maximum = 100)]
     #[serde(default, deserialize_with = "crate::domain::input::integer::optional")]
     pub priority3_share: Option<i16>,
@@ -88,10 +140,14 @@ pub struct QuotaLimits {
 
 impl QuotaLimits {
     /// The settings that replace the stored ones, `default_ceiling` standing
-    /// in for a ceiling left out.
+    /// in for a quota that declares no window.
     pub fn settings(&self, default_ceiling: i64) -> Result<QuotaSettings, String> {
+        let specs = self.windows.as_deref().unwrap_or_default();
+        if self.hourly_ceiling.is_some() {
+            hour_said_twice(specs)?;
+        }
         QuotaSettings {
-            hourly_ceiling: self.hourly_ceiling.unwrap_or(default_ceiling),
+            windows: declared_windows(windows_of(specs)?, self.hourly_ceiling, default_ceiling)?,
             rate: self.rate,
             burst: self.burst,
             adaptive: self.adaptive.unwrap_or(true),
@@ -104,14 +160,19 @@ impl QuotaLimits {
 }
 
 /// `PATCH /v1/quotas/{name}` and `quota-arbiter quota NAME …`: only the
-/// fields given change; `null` turns a limit off (the ceiling goes back to
-/// QUOTA_HOURLY_CEILING, `adaptive` to true).
+/// fields given change; `null` turns a limit off. `windows` replaces every
+/// window (`null`: back to the hour alone); `hourly_ceiling` sets the `1h`
+/// window (`null` removes it). A quota left without windows gets the hour
+/// at QUOTA_HOURLY_CEILING.
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaPatch {
     #[serde(default, deserialize_with = "crate::domain::input::integer::patch")]
     #[schema(value_type = Option<i64>, nullable, minimum = 0, maximum = 9007199254740992_i64)]
     pub hourly_ceiling: Patch<i64>,
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<WindowSpec>>, nullable)]
+    pub windows: Patch<Vec<WindowSpec>>,
     #[serde(default)]
     #[schema(value_type = Option<f64>, nullable)]
     pub rate: Patch<f64>,
@@ -141,10 +202,28 @@ impl QuotaPatch {
         default_ceiling: i64,
     ) -> Result<QuotaSettings, String> {
         let current = current.unwrap_or_else(|| QuotaSettings::sized(default_ceiling));
+        let windows = match &self.windows {
+            Patch::Keep => current.windows.clone(),
+            Patch::Remove => vec![WindowRule::hour(
+                current.hourly_ceiling().unwrap_or(default_ceiling),
+            )],
+            Patch::Set(specs) => {
+                if matches!(self.hourly_ceiling, Patch::Set(_)) {
+                    hour_said_twice(specs)?;
+                }
+                windows_of(specs)?
+            }
+        };
+        let windows = match self.hourly_ceiling {
+            Patch::Keep => declared_windows(windows, None, default_ceiling)?,
+            Patch::Set(ceiling) => declared_windows(windows, Some(ceiling), default_ceiling)?,
+            Patch::Remove => {
+                let rest = windows.into_iter().filter(|w| w.period != Period::HOUR);
+                declared_windows(rest.collect(), None, default_ceiling)?
+            }
+        };
         QuotaSettings {
-            hourly_ceiling: self
-                .hourly_ceiling
-                .or_default(current.hourly_ceiling, default_ceiling),
+            windows,
             rate: self.rate.applied_to(current.rate),
             burst: self.burst.applied_to(current.burst),
             adaptive: self.adaptive.or_default(current.adaptive, true),
@@ -449,7 +528,7 @@ mod tests {
         assert_eq!(
             after,
             QuotaSettings {
-                hourly_ceiling: 4000,
+                windows: vec![WindowRule::hour(4000)],
                 ..stored.clone()
             }
         );
@@ -458,8 +537,8 @@ mod tests {
                 .unwrap();
         let after = off.applied_to(Some(stored.clone()), 1000).unwrap();
         assert_eq!(
-            (after.rate, after.burst, after.hourly_ceiling),
-            (None, None, 1000)
+            (after.rate, after.burst, after.hourly_ceiling()),
+            (None, None, Some(1000))
         );
         assert_eq!(after.max_in_flight, Some(4));
         let half: QuotaPatch = serde_json::from_str(r#"{"rate": null}"#).unwrap();
@@ -481,6 +560,91 @@ mod tests {
             assert!(shares(p2, p3).settings(1000).is_err(), "{p2:?} {p3:?}");
         }
         assert!(shares(Some(0), Some(100)).settings(1000).is_ok());
+    }
+
+    fn windows(json: &str) -> Vec<String> {
+        let put: QuotaLimits = serde_json::from_str(json).unwrap();
+        let settings = put.settings(1000).unwrap();
+        settings
+            .windows
+            .iter()
+            .map(|w| match &w.zone {
+                Some(zone) => format!("{}={}@{zone}", w.period, w.ceiling),
+                None => format!("{}={}", w.period, w.ceiling),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_quota_declares_its_windows_and_hourly_ceiling_is_the_hour() {
+        assert_eq!(windows("{}"), ["1h=1000"]);
+        assert_eq!(windows(r#"{"hourly_ceiling": 50}"#), ["1h=50"]);
+        assert_eq!(
+            windows(
+                r#"{"windows": [{"period": "1d", "ceiling": 10000, "zone": "America/Los_Angeles"},
+                                {"period": "1m", "ceiling": 500}]}"#
+            ),
+            ["1m=500", "1d=10000@America/Los_Angeles"]
+        );
+        assert_eq!(
+            windows(r#"{"hourly_ceiling": 50, "windows": [{"period": "1m", "ceiling": 5}]}"#),
+            ["1m=5", "1h=50"]
+        );
+        for refused in [
+            r#"{"hourly_ceiling": 50, "windows": [{"period": "60m", "ceiling": 5}]}"#,
+            r#"{"windows": [{"period": "1m", "ceiling": 5}, {"period": "60s", "ceiling": 6}]}"#,
+            r#"{"windows": [{"period": "7m", "ceiling": 5}]}"#,
+            r#"{"windows": [{"period": "1h", "ceiling": 5, "zone": "Europe/Paris"}]}"#,
+            r#"{"windows": [{"period": "1m", "ceiling": -1}]}"#,
+        ] {
+            let put: QuotaLimits = serde_json::from_str(refused).unwrap();
+            assert!(put.settings(1000).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_windows_patch_replaces_them_and_an_hourly_patch_sets_the_hour() {
+        let stored = QuotaLimits {
+            windows: Some(vec![
+                WindowSpec {
+                    period: "1m".into(),
+                    ceiling: 5,
+                    zone: None,
+                },
+                WindowSpec {
+                    period: "1h".into(),
+                    ceiling: 100,
+                    zone: None,
+                },
+            ]),
+            ..QuotaLimits::default()
+        }
+        .settings(1000)
+        .unwrap();
+        let patched = |json: &str| {
+            let patch: QuotaPatch = serde_json::from_str(json).unwrap();
+            patch.applied_to(Some(stored.clone()), 1000).map(|s| {
+                s.windows
+                    .iter()
+                    .map(|w| format!("{}={}", w.period, w.ceiling))
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            patched(r#"{"hourly_ceiling": 7}"#).unwrap(),
+            ["1m=5", "1h=7"]
+        );
+        assert_eq!(patched(r#"{"hourly_ceiling": null}"#).unwrap(), ["1m=5"]);
+        assert_eq!(patched(r#"{"windows": null}"#).unwrap(), ["1h=100"]);
+        assert_eq!(
+            patched(r#"{"windows": [{"period": "1d", "ceiling": 9}]}"#).unwrap(),
+            ["1d=9"]
+        );
+        assert_eq!(patched(r#"{"windows": []}"#).unwrap(), ["1h=1000"]);
+        assert!(
+            patched(r#"{"windows": [{"period": "1h", "ceiling": 9}], "hourly_ceiling": 3}"#)
+                .is_err()
+        );
     }
 
     #[test]
