@@ -1,9 +1,13 @@
--- The quotas the given flows spend: hourly ceiling (NULL without an hour), effective cadence
+-- The quotas the given flows spend: hourly ceiling (NULL without an hour),
+-- every window (parallel arrays), effective cadence
 -- (adaptive factor applied, NULL without cadence), live share-stream clients
 -- across replicas (heartbeat within 3 s), each client once per quota, and
 -- which of the given flows spend it with their fallback, by flow name.
 SELECT q.name AS "quota!",
        q.hourly_ceiling,
+       coalesce((SELECT array_agg(p.period) FROM quota_period p WHERE p.quota = q.name), '{}') AS "periods!",
+       coalesce((SELECT array_agg(p.ceiling) FROM quota_period p WHERE p.quota = q.name), '{}') AS "ceilings!",
+       coalesce((SELECT array_agg(p.zone) FROM quota_period p WHERE p.quota = q.name), '{}') AS "zones!: Vec<Option<String>>",
        c.effective_rate,
        c.effective_burst,
        (SELECT count(DISTINCT s.id)

@@ -27,6 +27,7 @@ use chrono::Utc;
 use clap::Parser;
 use quota_arbiter::config::Config;
 use quota_arbiter::domain::catalog::{Mode, QuotaSettings, MAX_RATE};
+use quota_arbiter::domain::window::{Period, WindowRule};
 use quota_arbiter::store::Store;
 use sqlx::postgres::PgPoolOptions;
 
@@ -175,6 +176,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = "budget only, enforce";
     let enforce = reserve::arm(&load, name, Stop::Elapsed, one(names.of("enforce")));
     let enforce = cpu::metered(pid, db, enforce).await?;
+    let name = "budget only, three windows (1m, 1h, 1d), enforce";
+    let stacked = reserve::arm(&load, name, Stop::Elapsed, one(names.of("stacked")));
+    let stacked = cpu::metered(pid, db, stacked).await?;
     let name = format!("budget only, observe (ceiling {})", args.ceiling);
     let observe = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("observe")));
     let observe = cpu::metered(pid, db, observe).await?;
@@ -241,6 +245,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let measured = Measured {
         healthz,
         enforce,
+        stacked,
         observe,
         cadence,
         in_flight,
@@ -321,6 +326,16 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
     let capped = QuotaSettings::sized(args.ceiling);
     let (enforce, observe) = (Some(Mode::Enforce), Some(Mode::Observe));
     declare(store, &names.of("enforce"), &far, enforce).await?;
+    let window = |period: &str| WindowRule {
+        period: Period::parse(period).expect("a period"),
+        ceiling: UNREACHABLE_CEILING,
+        zone: None,
+    };
+    let stacked = QuotaSettings {
+        windows: vec![window("1m"), window("1h"), window("1d")],
+        ..far.clone()
+    };
+    declare(store, &names.of("stacked"), &stacked, enforce).await?;
     declare(store, &names.of("observe"), &capped, observe).await?;
     declare(store, &names.of("cadence"), &never_refusing, enforce).await?;
     declare(store, &names.of("in-flight"), &in_flight, enforce).await?;

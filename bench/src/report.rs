@@ -9,6 +9,8 @@ use crate::server::ResidentMemory;
 pub struct Measured {
     pub healthz: Arm,
     pub enforce: Arm,
+    /// The enforce arm on a quota of three windows (1m, 1h, 1d).
+    pub stacked: Arm,
     pub observe: Arm,
     pub cadence: Arm,
     pub in_flight: Arm,
@@ -36,6 +38,7 @@ impl Measured {
             Some(&self.healthz),
             self.bare_hot.as_ref(),
             Some(&self.enforce),
+            Some(&self.stacked),
             Some(&self.observe),
             Some(&self.cadence),
             Some(&self.in_flight),
@@ -72,6 +75,17 @@ impl Measured {
                 bound: Bound::AtLeast(70.0),
                 unit: Unit::Percent,
             },
+            Target {
+                what: "three windows / one window, enforce".into(),
+                measured: rate(&self.stacked, Some(&self.enforce)).map(|r| r * 100.0),
+                bound: Bound::AtLeast(80.0),
+                unit: Unit::Percent,
+            },
+            Target::times(
+                "three windows / bare upsert, hot row",
+                rate(&self.stacked, bare),
+                10.0,
+            ),
             Target::times(
                 "cadence / bare upsert, hot row",
                 rate(&self.cadence, bare),
@@ -314,6 +328,7 @@ mod tests {
         Measured {
             healthz: arm("healthz", 40_000.0, 3.0, true),
             enforce: arm("enforce", 30_000.0, 4.0, true),
+            stacked: arm("stacked", 29_000.0, 4.0, true),
             observe: arm("observe", 29_000.0, 4.0, true),
             cadence: arm("cadence", 2_000.0, 65.0, true),
             in_flight: arm("in flight", 20_000.0, 9.0, true),

@@ -28,9 +28,22 @@ pub struct QuotaShare {
     /// Absent from an older arbiter: without cadence there is then no safe
     /// rate to derive, and no share.
     pub hourly_ceiling: Option<i64>,
+    /// Every window of the quota (design.md §12); absent from an older
+    /// arbiter, whose only window was the hour.
+    #[serde(default)]
+    pub windows: Vec<ShareWindow>,
     pub clients: i64,
     #[serde(default)]
     pub flows: Vec<FlowShare>,
+}
+
+/// One window of a quota in a `share` event: its ceiling and its length.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ShareWindow {
+    pub period: String,
+    pub ceiling: i64,
+    /// The window's nominal length (a month: 30 days).
+    pub seconds: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -60,13 +73,21 @@ pub struct Share {
 
 impl QuotaShare {
     /// The rule (design.md §12): the quota's effective cadence, or without
-    /// cadence its hourly ceiling spread evenly over the hour (`ceiling /
-    /// 3600` per second, a burst of 1), divided among its live clients, never
-    /// below 0.01/s and a burst of 1. `None` when the event says too little.
+    /// cadence the rate that spreads each window's ceiling evenly over it
+    /// (`ceiling / seconds`, the least of them, a burst of 1); with both, the
+    /// cadence never above that rate, so that no window is spent faster than
+    /// its ceiling allows. Divided among its live clients, never below
+    /// 0.01/s and a burst of 1. `None` when the event says too little.
     pub fn client_limits(&self) -> Option<Limits> {
+        let spread = |ceiling: i64, seconds: u64| ceiling as f64 / seconds.max(1) as f64;
+        let windows = self.windows.iter().map(|w| spread(w.ceiling, w.seconds));
+        let budget = match self.windows.is_empty() {
+            false => windows.reduce(f64::min),
+            true => self.hourly_ceiling.map(|ceiling| spread(ceiling, 3600)),
+        };
         let (rate, burst) = match (self.rate, self.burst) {
-            (Some(rate), Some(burst)) => (rate, burst),
-            _ => (self.hourly_ceiling? as f64 / 3600.0, 1.0),
+            (Some(rate), Some(burst)) => (budget.map_or(rate, |b| rate.min(b)), burst),
+            _ => (budget?, 1.0),
         };
         let clients = self.clients.max(1) as f64;
         let limits = Limits {
@@ -190,6 +211,25 @@ mod tests {
             ..older
         };
         assert_eq!(alone.client_limits(), Some(limits(5.0, 2.0)));
+    }
+
+    #[test]
+    fn every_window_bounds_the_rate_the_tightest_most() {
+        // A minute of 600 (10/s) and a day of 8640 (0.1/s): the day's rate.
+        let stacked = quota(
+            r#"{"quota": "llm", "rate": null, "burst": null, "hourly_ceiling": null,
+            "windows": [{"period": "1m", "ceiling": 600, "seconds": 60},
+                        {"period": "1d", "ceiling": 8640, "seconds": 86400}],
+            "clients": 1, "flows": []}"#,
+        );
+        assert_eq!(stacked.client_limits(), Some(limits(0.1, 1.0)));
+        // A cadence faster than a window allows is held to the window.
+        let paced = quota(
+            r#"{"quota": "llm", "rate": 5.0, "burst": 3.0, "hourly_ceiling": 3600,
+            "windows": [{"period": "1h", "ceiling": 3600, "seconds": 3600}],
+            "clients": 2, "flows": []}"#,
+        );
+        assert_eq!(paced.client_limits(), Some(limits(0.5, 1.5)));
     }
 
     #[test]

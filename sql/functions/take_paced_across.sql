@@ -1,6 +1,6 @@
--- Paced takes across quotas (sql/take_paced_across.sql calls this): three
--- statements that lock, then one that decides, in a function for the
--- transaction they share and for two settings of its own.
+-- Paced takes across quotas (sql/take_paced_across.sql calls this): the
+-- statement below (and, for the first take of a window, the row it needs
+-- and the statement again), in a function for two settings of its own.
 -- plan_cache_mode = force_generic_plan: planning the last statement takes longer
 -- than running it (6-9 ms against under 3 ms for 50 quotas), and a custom
 -- plan for the group's own arrays looks cheaper than the generic one, so the
@@ -21,13 +21,15 @@
 -- p_window_quota[j] (an index into $1), with its period, zone and the
 -- highest ceiling among the group's asks in it (as take_windows()).
 --
--- Locks every bucket row first, in quota order (before any window row, as
--- every statement of a quota does), then every window row in key order
--- (quota, period), creating the missing ones first, then up to one free
--- place per ask of each quota (SKIP LOCKED: it never waits for a place; an
--- expired lease is free); two such calls, or one and a budget-only take
--- (take_windows()), wait for each other in that one order and never
--- deadlock. Nothing is decided on a count or a bucket that is not locked.
+-- Locks every window row first, in key order (quota, period), as every
+-- statement that writes windows does, then every bucket row in quota order,
+-- then up to one free place per ask of each quota (SKIP LOCKED: it never
+-- waits for a place; an expired lease is free); two such calls, or one and
+-- a budget-only take (take_windows()), wait for each other in that one
+-- order and never deadlock. Nothing is decided on a count or a bucket that
+-- is not locked (FOR UPDATE reads each row as it is). A window row missing
+-- is created and the statement runs again; it writes nothing until every
+-- window it needs has a row.
 -- Each quota's take is t = least(k, floor(tokens), what the fullest window
 -- has left, what the places taken can carry), or 0 when t cannot carry even
 -- its smallest ask; t slots are spent in every window of the quota;
@@ -77,52 +79,53 @@ AS $$
 DECLARE
     v_now timestamptz := arbiter_now();
 BEGIN
-    PERFORM 1
-    FROM quota_bucket b
-    WHERE b.quota = ANY (p_quotas)
-    ORDER BY b.quota
-    FOR UPDATE OF b;
-
-    -- A window whose ceiling is below 1 gets no row: nothing can be taken
-    -- from it, and a refusal writes nothing (design.md §3.3).
-    INSERT INTO quota_window AS w (quota, period, window_start, count)
-    SELECT p_quotas[x.qi], x.period, window_start_of(v_now, x.period, x.zone), 0
-    FROM unnest(p_window_quota, p_periods, p_zones, p_ceilings) AS x (qi, period, zone, ceiling)
-    WHERE x.ceiling >= 1
-    ORDER BY 1, 2
-    ON CONFLICT DO NOTHING;
-
-    PERFORM 1
-    FROM unnest(p_window_quota, p_periods, p_zones) AS x (qi, period, zone)
-    JOIN quota_window w ON w.quota = p_quotas[x.qi] AND w.period = x.period
-                       AND w.window_start = window_start_of(v_now, x.period, x.zone)
-    ORDER BY w.quota, w.period
-    FOR UPDATE OF w;
-
-    -- Buckets and windows are locked: this statement's snapshot sees them as
-    -- they are.
+    FOR attempt IN 1..2 LOOP
     RETURN QUERY
-    WITH win AS (
+    WITH asked AS (
         SELECT x.qi, x.n, x.ceiling, p_quotas[x.qi] AS quota, x.period,
                window_start_of(v_now, x.period, x.zone) AS window_start,
-               window_end_of(v_now, x.period, x.zone) AS window_end,
-               coalesce(w.count, 0) AS count
+               window_end_of(v_now, x.period, x.zone) AS window_end
         FROM unnest(p_window_quota, p_periods, p_zones, p_ceilings)
              WITH ORDINALITY AS x (qi, period, zone, ceiling, n)
-        LEFT JOIN quota_window w ON w.quota = p_quotas[x.qi] AND w.period = x.period
-                                AND w.window_start = window_start_of(v_now, x.period, x.zone)
+    ), locked AS (
+        -- The window rows first, in key order, as every statement that
+        -- writes windows locks them; FOR UPDATE reads each as it is.
+        SELECT a.n, w.count
+        FROM asked a
+        JOIN quota_window w ON w.quota = a.quota AND w.period = a.period
+                           AND w.window_start = a.window_start
+        ORDER BY w.quota, w.period
+        FOR UPDATE OF w
+    ), complete AS (
+        -- A window whose ceiling is below 1 needs no row (take_windows()).
+        SELECT NOT EXISTS (SELECT 1 FROM asked a
+                           WHERE a.ceiling >= 1
+                             AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.n = a.n)) AS ok
+    ), win AS (
+        SELECT a.*, coalesce(l.count, 0) AS count
+        FROM asked a LEFT JOIN locked l ON l.n = a.n
+    ), per_quota AS (
+        -- Each quota's windows at once (grouped, not looked up per quota).
+        SELECT win.qi, min(win.ceiling - win.count) AS room,
+               array_agg(win.window_start ORDER BY win.n) AS starts,
+               array_agg(win.window_end ORDER BY win.n) AS ends,
+               array_agg(win.count ORDER BY win.n) AS counts
+        FROM win
+        GROUP BY win.qi
     ), quotas AS (
         -- Each quota with what its asks add up to, the smallest of them, and
         -- what its fullest window has left (NULL: no window).
         SELECT q.qi, q.quota, q.lo, q.hi, q.need_places AND NOT p_regardless AS need_places,
-               q.rate, q.burst, q.adaptive, s.total, s.smallest,
-               (SELECT min(win.ceiling - win.count) FROM win WHERE win.qi = q.qi) AS room
+               q.rate, q.burst, q.adaptive, s.total, s.smallest, r.room,
+               coalesce(r.starts, '{}') AS starts, coalesce(r.ends, '{}') AS ends,
+               coalesce(r.counts, '{}') AS counts
         FROM unnest(p_quotas, p_lo, p_hi, p_need_places, p_rates, p_bursts, p_adaptive)
-             WITH ORDINALITY AS q (quota, lo, hi, need_places, rate, burst, adaptive, qi),
+             WITH ORDINALITY AS q (quota, lo, hi, need_places, rate, burst, adaptive, qi)
+        LEFT JOIN per_quota r ON r.qi = q.qi,
         LATERAL (SELECT coalesce(sum(x), 0)::bigint AS total, coalesce(min(x), 0) AS smallest
                  FROM unnest(p_slots[q.lo:q.hi]) AS x) AS s
     ), bucket AS (
-        -- Each cadence's bucket with the tokens there now.
+        -- Each cadence's bucket, locked, with the tokens there now.
         SELECT q.qi, q.quota, f.factor, f.rate,
                least(greatest(1.0, q.burst * f.factor),
                      b.tokens + f.rate * greatest(0, extract(epoch FROM v_now - b.refilled_at))) AS tokens
@@ -134,6 +137,10 @@ BEGIN
                  FROM (SELECT CASE WHEN q.adaptive THEN recovered_factor(b.factor, b.factor_at)
                                    ELSE 1.0 END AS factor) e) AS f
         WHERE q.rate IS NOT NULL
+          -- Evaluated before the first bucket is locked: the windows come first.
+          AND (SELECT ok FROM complete)
+        ORDER BY b.quota
+        FOR UPDATE OF b
     ), free AS (
         -- Never leased, or expired (quota_place_free_from is the index).
         SELECT q.qi, q.quota, f.place
@@ -143,6 +150,8 @@ BEGIN
             FROM quota_place s
             WHERE s.quota = q.quota AND q.need_places
               AND coalesce(s.valid_until, '-infinity') <= v_now
+              -- Evaluated before the first place is locked: the buckets come first.
+              AND (SELECT count(*) FROM bucket) >= 0
             ORDER BY coalesce(s.valid_until, '-infinity')
             LIMIT q.hi - q.lo + 1
             FOR UPDATE OF s SKIP LOCKED
@@ -153,7 +162,8 @@ BEGIN
         -- window and what the free places carry (with a place per ask, p
         -- places carry at most the p largest asks).
         SELECT q.qi, q.quota, q.smallest, t.tokens, t.carried,
-               CASE WHEN p_regardless THEN q.total
+               CASE WHEN NOT (SELECT ok FROM complete) THEN 0
+                    WHEN p_regardless THEN q.total
                     WHEN least(q.total, t.tokens, t.carried, q.room) < greatest(q.smallest, 1) THEN 0
                     ELSE least(q.total, t.tokens, t.carried, q.room) END AS slots
         FROM quotas q
@@ -173,7 +183,7 @@ BEGIN
         ) AS t
     ), reserved AS (
         UPDATE quota_window w
-        SET count = w.count + h.slots
+        SET count = win.count + h.slots
         FROM win, want h
         WHERE h.qi = win.qi AND h.slots >= 1
           AND w.quota = win.quota AND w.period = win.period AND w.window_start = win.window_start
@@ -230,9 +240,9 @@ BEGIN
     SELECT q.qi,
            v_now,
            h.slots,
-           coalesce((SELECT array_agg(win.window_start ORDER BY win.n) FROM win WHERE win.qi = q.qi), '{}'),
-           coalesce((SELECT array_agg(win.window_end ORDER BY win.n) FROM win WHERE win.qi = q.qi), '{}'),
-           coalesce((SELECT array_agg(win.count ORDER BY win.n) FROM win WHERE win.qi = q.qi), '{}'),
+           q.starts,
+           q.ends,
+           q.counts,
            -- Which limit stopped the take short of what was asked: the tokens when
            -- the windows had room for more (a full window outranks missing tokens:
            -- the tokens come back sooner).
@@ -258,6 +268,18 @@ BEGIN
     JOIN want h ON h.qi = q.qi
     LEFT JOIN bucket k ON k.qi = q.qi
     LEFT JOIN leases l ON l.qi = q.qi
+    WHERE (SELECT ok FROM complete)
     ORDER BY q.qi;
+    IF FOUND OR attempt = 2 THEN
+        RETURN;
+    END IF;
+    -- The first take of a window: its row, then the statement again.
+    INSERT INTO quota_window AS w (quota, period, window_start, count)
+    SELECT p_quotas[x.qi], x.period, window_start_of(v_now, x.period, x.zone), 0
+    FROM unnest(p_window_quota, p_periods, p_zones, p_ceilings) AS x (qi, period, zone, ceiling)
+    WHERE x.ceiling >= 1
+    ORDER BY 1, 2
+    ON CONFLICT DO NOTHING;
+    END LOOP;
 END
 $$;

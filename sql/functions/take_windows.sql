@@ -10,13 +10,17 @@
 -- p_regardless (observe mode): every window spends what was wanted, whatever
 -- its count, so that each count stays the honest record of every slot spent.
 --
--- One call, one transaction, three statements: the missing window rows are
--- created, every row is locked in key order (quota, period), then each
--- quota's take is computed from the locked counts and written. Nothing is
--- decided on a count that is not locked (a single conditional upsert can
--- lock only the row it writes, and a take must see every window of its quota
--- as it is); every statement that writes windows locks them in the same key
--- order, so concurrent calls wait for each other and never deadlock.
+-- One call, one transaction, one statement in the steady state: it locks
+-- every window row of the call in key order (quota, period) and reads its
+-- count as locked (FOR UPDATE returns the row's latest version), computes
+-- each quota's take from those counts and writes it to the rows it holds.
+-- Nothing is decided on a count that is not locked: a single conditional
+-- upsert can lock only the row it writes, and a take must see every window
+-- of its quota as it is. A window row missing (the first take of a window)
+-- is created, and the statement runs again (it writes nothing until every
+-- window it needs has a row). Every statement that writes windows locks
+-- them in the same key order, so concurrent calls wait for each other and
+-- never deadlock.
 --
 -- One row per quota, in the order of $1: the take and, per window in the
 -- order given, its bounds and its count before the take.
@@ -35,56 +39,73 @@ AS $$
 DECLARE
     v_now timestamptz := arbiter_now();
 BEGIN
-    -- A window whose ceiling is below 1 gets no row: nothing can be taken
-    -- from it, and a refusal writes nothing (design.md §3.3).
-    INSERT INTO quota_window AS w (quota, period, window_start, count)
-    SELECT p_quotas[x.qi], x.period, window_start_of(v_now, x.period, x.zone), 0
-    FROM unnest(p_window_quota, p_periods, p_zones, p_ceilings) AS x (qi, period, zone, ceiling)
-    WHERE x.ceiling >= 1
-    ORDER BY 1, 2
-    ON CONFLICT DO NOTHING;
-
-    PERFORM 1
-    FROM unnest(p_window_quota, p_periods, p_zones) AS x (qi, period, zone)
-    JOIN quota_window w ON w.quota = p_quotas[x.qi] AND w.period = x.period
-                       AND w.window_start = window_start_of(v_now, x.period, x.zone)
-    ORDER BY w.quota, w.period
-    FOR UPDATE OF w;
-
-    RETURN QUERY
-    WITH win AS (
-        -- Each window with its count, as locked above (this statement's
-        -- snapshot sees every change committed before the locks were held).
-        SELECT x.qi, x.n, x.ceiling, p_quotas[x.qi] AS quota, x.period,
-               window_start_of(v_now, x.period, x.zone) AS window_start,
-               window_end_of(v_now, x.period, x.zone) AS window_end,
-               coalesce(w.count, 0) AS count
-        FROM unnest(p_window_quota, p_periods, p_zones, p_ceilings)
-             WITH ORDINALITY AS x (qi, period, zone, ceiling, n)
-        LEFT JOIN quota_window w ON w.quota = p_quotas[x.qi] AND w.period = x.period
-                                AND w.window_start = window_start_of(v_now, x.period, x.zone)
-    ), take AS (
-        SELECT q.qi,
-               CASE WHEN p_regardless THEN q.wanted
-                    WHEN q.wanted < 1 THEN 0
-                    WHEN least(q.wanted, r.room) < greatest(q.smallest, 1) THEN 0
-                    ELSE least(q.wanted, r.room) END AS taken
-        FROM unnest(p_wanted, p_smallest) WITH ORDINALITY AS q (wanted, smallest, qi),
-        LATERAL (SELECT min(win.ceiling - win.count) AS room FROM win WHERE win.qi = q.qi) AS r
-    ), spent AS (
-        UPDATE quota_window w
-        SET count = w.count + t.taken
-        FROM win, take t
-        WHERE t.qi = win.qi AND t.taken > 0
-          AND w.quota = win.quota AND w.period = win.period AND w.window_start = win.window_start
-    )
-    SELECT t.qi::integer, v_now, t.taken,
-           coalesce(array_agg(win.window_start ORDER BY win.n) FILTER (WHERE win.n IS NOT NULL), '{}'),
-           coalesce(array_agg(win.window_end ORDER BY win.n) FILTER (WHERE win.n IS NOT NULL), '{}'),
-           coalesce(array_agg(win.count ORDER BY win.n) FILTER (WHERE win.n IS NOT NULL), '{}')
-    FROM take t
-    LEFT JOIN win ON win.qi = t.qi
-    GROUP BY t.qi, t.taken
-    ORDER BY t.qi;
+    FOR attempt IN 1..2 LOOP
+        RETURN QUERY
+        WITH asked AS (
+            SELECT x.qi, x.n, x.ceiling, p_quotas[x.qi] AS quota, x.period,
+                   window_start_of(v_now, x.period, x.zone) AS window_start,
+                   window_end_of(v_now, x.period, x.zone) AS window_end
+            FROM unnest(p_window_quota, p_periods, p_zones, p_ceilings)
+                 WITH ORDINALITY AS x (qi, period, zone, ceiling, n)
+        ), locked AS (
+            SELECT a.n, w.count
+            FROM asked a
+            JOIN quota_window w ON w.quota = a.quota AND w.period = a.period
+                               AND w.window_start = a.window_start
+            ORDER BY w.quota, w.period
+            FOR UPDATE OF w
+        ), complete AS (
+            -- A window whose ceiling is below 1 needs no row: nothing can be
+            -- taken from it, and a refusal writes nothing (design.md §3.3).
+            SELECT NOT EXISTS (SELECT 1 FROM asked a
+                               WHERE a.ceiling >= 1
+                                 AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.n = a.n)) AS ok
+        ), win AS (
+            SELECT a.*, coalesce(l.count, 0) AS count
+            FROM asked a LEFT JOIN locked l ON l.n = a.n
+        ), per_quota AS (
+            -- Each quota's windows at once (grouped, not looked up per quota:
+            -- a group of fifty quotas would read every window fifty times).
+            SELECT win.qi, min(win.ceiling - win.count) AS room,
+                   array_agg(win.window_start ORDER BY win.n) AS starts,
+                   array_agg(win.window_end ORDER BY win.n) AS ends,
+                   array_agg(win.count ORDER BY win.n) AS counts
+            FROM win
+            GROUP BY win.qi
+        ), take AS (
+            SELECT q.qi,
+                   CASE WHEN NOT (SELECT ok FROM complete) THEN 0
+                        WHEN p_regardless THEN q.wanted
+                        WHEN q.wanted < 1 THEN 0
+                        WHEN least(q.wanted, r.room) < greatest(q.smallest, 1) THEN 0
+                        ELSE least(q.wanted, r.room) END AS taken,
+                   coalesce(r.starts, '{}') AS starts, coalesce(r.ends, '{}') AS ends,
+                   coalesce(r.counts, '{}') AS counts
+            FROM unnest(p_wanted, p_smallest) WITH ORDINALITY AS q (wanted, smallest, qi)
+            LEFT JOIN per_quota r ON r.qi = q.qi
+        ), spent AS (
+            -- The rows are this statement's, locked above: the count it
+            -- read is the row's (an update that raced the lock is re-read
+            -- by FOR UPDATE, and this write follows it).
+            UPDATE quota_window w
+            SET count = win.count + t.taken
+            FROM win, take t
+            WHERE t.qi = win.qi AND t.taken > 0
+              AND w.quota = win.quota AND w.period = win.period AND w.window_start = win.window_start
+        )
+        SELECT t.qi::integer, v_now, t.taken, t.starts, t.ends, t.counts
+        FROM take t
+        WHERE (SELECT ok FROM complete)
+        ORDER BY t.qi;
+        IF FOUND OR attempt = 2 THEN
+            RETURN;
+        END IF;
+        INSERT INTO quota_window AS w (quota, period, window_start, count)
+        SELECT p_quotas[x.qi], x.period, window_start_of(v_now, x.period, x.zone), 0
+        FROM unnest(p_window_quota, p_periods, p_zones, p_ceilings) AS x (qi, period, zone, ceiling)
+        WHERE x.ceiling >= 1
+        ORDER BY 1, 2
+        ON CONFLICT DO NOTHING;
+    END LOOP;
 END
 $$;

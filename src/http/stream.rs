@@ -52,7 +52,7 @@ impl utoipa::PartialSchema for ShareFrame {
             .schema_type(SchemaType::Type(Type::String))
             .content_media_type("application/json")
             .description(Some(
-                r#"A ShareEvent: {"quotas": [{"quota", "rate", "burst", "hourly_ceiling", "clients", "flows": [{"flow", "fallback"}]}], "bypass_horizon_seconds"}"#,
+                r#"A ShareEvent: {"quotas": [{"quota", "rate", "burst", "hourly_ceiling", "windows": [{"period", "ceiling", "seconds"}], "clients", "flows": [{"flow", "fallback"}]}], "bypass_horizon_seconds"}"#,
             ));
         ObjectBuilder::new()
             .schema_type(SchemaType::Type(Type::Object))

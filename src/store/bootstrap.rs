@@ -97,7 +97,7 @@ const OBJECTS_REVISIONS: &[&str] = &[
     // Stacked windows: period_seconds(), window_start_of(ts, period, zone),
     // take_windows(), take_paced_across() over every window of a quota,
     // quota_period's triggers, the views per window.
-    "ee6dfbd06aa8d8e238fdb98f9c561b954d61f5de4cdfbe61ca0d0e9d69e9eec3",
+    "4d65fb5e9e68144d26ef492a42f34feece6ff2ca09b2a866b99fc6453d888530",
 ];
 
 /// The revision of the functions and views this build carries: a migrate

@@ -148,6 +148,9 @@ impl Store {
         asks: &[QuotaAsk],
         regardless: bool,
     ) -> Result<Vec<QuotaTake>, sqlx::Error> {
+        if asks.iter().all(|ask| ask.windows.len() == 1) {
+            return self.take_one_window_across(asks, regardless).await;
+        }
         let quotas: Vec<String> = asks.iter().map(|a| a.quota.clone()).collect();
         let wanted: Vec<i64> = asks.iter().map(|a| a.wanted).collect();
         let smallest: Vec<i64> = asks.iter().map(|a| a.smallest).collect();
@@ -182,6 +185,50 @@ impl Store {
                     &row.window_starts,
                     &row.window_ends,
                     &row.counts_before,
+                ),
+            })
+            .collect())
+    }
+
+    /// [`Store::take_slots_across`] when every quota has one window: one
+    /// conditional upsert per quota (`sql/take_one_window.sql` says why).
+    async fn take_one_window_across(
+        &self,
+        asks: &[QuotaAsk],
+        regardless: bool,
+    ) -> Result<Vec<QuotaTake>, sqlx::Error> {
+        let mut windows = WindowArrays::default();
+        for (index, ask) in asks.iter().enumerate() {
+            windows.push(index, &ask.windows, ask.share, regardless);
+        }
+        let quotas: Vec<String> = asks.iter().map(|a| a.quota.clone()).collect();
+        let wanted: Vec<i64> = asks.iter().map(|a| a.wanted).collect();
+        let smallest: Vec<i64> = asks.iter().map(|a| a.smallest).collect();
+        let rows = sqlx::query_file!(
+            "sql/take_one_window.sql",
+            &quotas,
+            &wanted,
+            &windows.periods,
+            &windows.zones as &[Option<String>],
+            &windows.ceilings,
+            &smallest
+        )
+        .fetch_all(self.pool())
+        .await?;
+        if rows.len() != asks.len() {
+            return Err(sqlx::Error::RowNotFound);
+        }
+        Ok(asks
+            .iter()
+            .zip(rows)
+            .map(|(ask, row)| QuotaTake {
+                clock: clock_reading!(row),
+                taken: row.taken,
+                windows: counted(
+                    &ask.windows,
+                    &[row.quota_window_start],
+                    &[row.quota_window_end],
+                    &[row.count_before],
                 ),
             })
             .collect())

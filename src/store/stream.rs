@@ -19,11 +19,23 @@ pub struct QuotaShare {
     /// among `clients`.
     #[schema(minimum = 0, maximum = 9007199254740992_i64)]
     pub hourly_ceiling: Option<i64>,
+    /// Every window of the quota, shortest first: a client's local rate
+    /// never spends one faster than `ceiling / seconds`.
+    pub windows: Vec<ShareWindow>,
     /// Live share-stream clients of this quota across replicas: each one's
     /// share is `rate / clients`.
     pub clients: i64,
     /// The stream's flows that spend this quota, by name.
     pub flows: Vec<FlowShare>,
+}
+
+/// One window of a quota in a share event.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct ShareWindow {
+    pub period: String,
+    pub ceiling: i64,
+    /// The window's nominal length (a month: 30 days).
+    pub seconds: u64,
 }
 
 /// A flow of the stream and whether its client may decide locally.
@@ -69,6 +81,14 @@ impl Store {
                 rate: row.effective_rate,
                 burst: row.effective_burst,
                 hourly_ceiling: row.hourly_ceiling,
+                windows: super::catalog::windows_of_row(row.periods, row.ceilings, row.zones)
+                    .iter()
+                    .map(|w| ShareWindow {
+                        period: w.period.to_string(),
+                        ceiling: w.ceiling,
+                        seconds: w.period.nominal_seconds(),
+                    })
+                    .collect(),
                 clients: row.clients,
                 flows: row
                     .flows

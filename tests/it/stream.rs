@@ -78,6 +78,7 @@ async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPo
     assert_eq!(
         share,
         json!({"quotas": [{"quota": "api", "rate": 10.0, "burst": 5.0, "hourly_ceiling": 1000,
+            "windows": [{"period": "1h", "ceiling": 1000, "seconds": 3600}],
             "clients": 1, "flows": [{"flow": "invoice", "fallback": "off"}]}],
             // The default horizon, 15 minutes: the fallback's bypass rule.
             "bypass_horizon_seconds": 900.0})
