@@ -57,3 +57,26 @@ DROP FUNCTION IF EXISTS take_paced_across(text[], integer[], integer[], bigint[]
 -- UTC hour, so window_start_of(ts) still means what it meant).
 DROP FUNCTION IF EXISTS window_end_of(timestamptz);
 DROP FUNCTION IF EXISTS window_start_of(timestamptz);
+
+-- Reservations whose estimate is settled to the actual (design.md §12): what
+-- was taken, from which windows, and by which key, until it is settled or
+-- its time to settle (`settle_within`) is past; pruned an hour after that.
+CREATE TABLE reservation (
+    id            bigint PRIMARY KEY,
+    quota         text NOT NULL REFERENCES quota (name) ON DELETE CASCADE,
+    flow          text NOT NULL,
+    estimated     bigint NOT NULL CHECK (estimated >= 1),
+    periods       text[] NOT NULL,
+    window_starts timestamptz[] NOT NULL,
+    window_ends   timestamptz[] NOT NULL,
+    -- The API key that reserved (NULL: no keys, or the admin token).
+    key_id        bigint,
+    reserved_at   timestamptz NOT NULL DEFAULT arbiter_now(),
+    settled_at    timestamptz,
+    spent         bigint CHECK (spent >= 0)
+);
+
+CREATE INDEX reservation_reserved_at_idx ON reservation (reserved_at);
+
+-- Slots spent past an estimate, tallied when the reservation is settled.
+ALTER TABLE decision_tally ADD COLUMN overspent bigint NOT NULL DEFAULT 0;

@@ -29,6 +29,7 @@ const ENV_KEYS: &[&str] = &[
     "store_timeout",
     "max_connections",
     "lease_duration",
+    "settle_within",
     "work_retention",
     "history_retention",
     "audit_retention",
@@ -147,6 +148,10 @@ pub struct Config {
     /// How long a claimed work item is leased; after that it is pending again.
     #[serde(with = "humantime_serde_compat")]
     pub lease_duration: Duration,
+    /// How long a reservation with an estimate may be settled (`POST
+    /// /v1/settle`); after that it stays spent as estimated.
+    #[serde(with = "humantime_serde_compat")]
+    pub settle_within: Duration,
     /// How long done work items are kept before they are pruned; 0: forever.
     #[serde(with = "humantime_serde_compat")]
     pub work_retention: Duration,
@@ -193,6 +198,7 @@ impl Default for Config {
             store_timeout: Duration::from_millis(1500),
             max_connections: 16,
             lease_duration: Duration::from_secs(5 * 60),
+            settle_within: Duration::from_secs(10 * 60),
             work_retention: Duration::from_secs(7 * 24 * 3600),
             history_retention: Duration::from_secs(90 * 24 * 3600),
             audit_retention: Duration::ZERO,
@@ -251,6 +257,9 @@ impl Config {
                 "store_timeout",
                 "must be above 0 and at most 1.9s (503 within 2 s)".into(),
             ));
+        }
+        if self.settle_within < Duration::from_secs(1) {
+            return Err(invalid("settle_within", "must be at least 1s".into()));
         }
         if self.lease_duration < Duration::from_secs(1) {
             return Err(invalid("lease_duration", "must be at least 1s".into()));
@@ -314,6 +323,7 @@ impl fmt::Debug for Config {
             .field("store_timeout", &self.store_timeout)
             .field("max_connections", &self.max_connections)
             .field("lease_duration", &self.lease_duration)
+            .field("settle_within", &self.settle_within)
             .field("work_retention", &self.work_retention)
             .field("history_retention", &self.history_retention)
             .field("audit_retention", &self.audit_retention)

@@ -45,6 +45,7 @@ pub const STORE_OPERATIONS: &[&str] = &[
     "finish_work",
     "release_lease",
     "hold_lease",
+    "settle",
     "adapt_cadence",
     "share_stream",
     "read_catalog",

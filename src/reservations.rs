@@ -9,6 +9,7 @@ mod batch;
 mod coalesce;
 mod leases;
 mod observe;
+mod settlements;
 mod shares;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +29,7 @@ use crate::tally::Ledger;
 use coalesce::Coalescer;
 
 pub use batch::MAX_BATCH_ITEMS;
+pub(crate) use settlements::{SettleError, Settler};
 pub use shares::SharePresence;
 
 #[derive(Clone)]
@@ -41,6 +43,8 @@ pub struct Reservations {
     /// Spreads rollout decisions of requests without a `ref`.
     unkeyed: Arc<AtomicU64>,
     coalescer: Coalescer,
+    /// How long a reservation may be settled (design.md §12).
+    settle_within: std::time::Duration,
 }
 
 impl Reservations {
@@ -51,8 +55,10 @@ impl Reservations {
         clock: DbClock,
         metrics: Metrics,
         shell: Shell,
+        settle_within: std::time::Duration,
     ) -> Self {
         Self {
+            settle_within,
             coalescer: Coalescer::new(store.clone()),
             store,
             catalog,
@@ -72,7 +78,7 @@ impl Reservations {
         let decision = match Handling::of(self.catalog.snapshot().as_deref(), &request.flow) {
             Handling::CatalogNotLoaded => return Err(crate::catalog::not_loaded()),
             Handling::Unknown => {
-                return Ok(self.settle(
+                return Ok(self.record(
                     Decision::new(Outcome::Unthrottled, &request.flow),
                     request.deadline.is_some(),
                     false,
@@ -84,7 +90,7 @@ impl Reservations {
             Handling::Observe(rule) => self.observe(with_rule(&rule), &rule, request).await,
             Handling::Enforce(rule) => self.enforce(with_rule(&rule), &rule, request).await?,
         };
-        Ok(self.settle(decision, request.deadline.is_some(), true))
+        Ok(self.record(decision, request.deadline.is_some(), true))
     }
 
     pub(crate) fn count_after_the_fact(
@@ -191,7 +197,8 @@ impl Reservations {
         move |unused| Box::pin(give_back_unheard(store, quota, unused))
     }
 
-    pub(crate) fn settle(
+    /// A decision made: its metrics and its tally.
+    pub(crate) fn record(
         &self,
         decision: Decision,
         had_deadline: bool,

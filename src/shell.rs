@@ -50,6 +50,7 @@ pub(crate) enum Operation {
     FinishWork,
     ReleaseLease,
     HoldLease,
+    Settle,
     AdaptCadence,
     ShareStream,
     ReadCatalog,
@@ -71,6 +72,7 @@ impl Operation {
             Operation::FinishWork => "finish_work",
             Operation::ReleaseLease => "release_lease",
             Operation::HoldLease => "hold_lease",
+            Operation::Settle => "settle",
             Operation::AdaptCadence => "adapt_cadence",
             Operation::ShareStream => "share_stream",
             Operation::ReadCatalog => "read_catalog",
@@ -111,6 +113,12 @@ impl CallError for CatalogError {
     }
 }
 
+impl<E> Answer for crate::store::Settlement<E> {
+    fn clock(&self) -> Option<ClockReading> {
+        None
+    }
+}
+
 /// What a store call answers: the database clock reading it carries, if any.
 pub(crate) trait Answer {
     fn clock(&self) -> Option<ClockReading>;
@@ -148,6 +156,7 @@ macro_rules! no_clock {
 no_clock!(
     (),
     bool,
+    i64,
     Option<i64>,
     crate::store::QuotaRow,
     Option<crate::store::QuotaRow>,
@@ -413,7 +422,7 @@ mod tests {
     use super::*;
     use crate::metrics::STORE_OPERATIONS;
 
-    const ALL: [Operation; 16] = [
+    const ALL: [Operation; 17] = [
         Operation::Reserve,
         Operation::Admit,
         Operation::TakeSlots,
@@ -424,6 +433,7 @@ mod tests {
         Operation::FinishWork,
         Operation::ReleaseLease,
         Operation::HoldLease,
+        Operation::Settle,
         Operation::AdaptCadence,
         Operation::ShareStream,
         Operation::ReadCatalog,

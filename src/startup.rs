@@ -126,6 +126,7 @@ impl Application {
             clock.clone(),
             metrics.clone(),
             shell.clone(),
+            config.settle_within,
         );
         let state = AppState::new(Services {
             work_registry: WorkRegistry::new(
@@ -171,6 +172,7 @@ impl Application {
             (Pruned::Tallies, config.history_retention),
             (Pruned::AuditTrail, config.audit_retention),
             (Pruned::LeaseHolders, LEASE_HOLDER_RETENTION),
+            (Pruned::Reservations, config.settle_within),
             (Pruned::FullBuckets, FULL_BUCKET_GRACE),
             (Pruned::AdmitWindows, ADMIT_WINDOW_RETENTION),
         ];
@@ -391,6 +393,8 @@ enum Pruned {
     Tallies,
     AuditTrail,
     LeaseHolders,
+    /// Reservations an hour past their time to settle.
+    Reservations,
     /// Callers' admission buckets full again for a while.
     FullBuckets,
     /// Admission counts of windows long over.
@@ -410,6 +414,7 @@ impl Pruned {
             Pruned::Tallies => store.prune_tallies(retention, batch).await,
             Pruned::AuditTrail => store.prune_audit(retention, batch).await,
             Pruned::LeaseHolders => store.prune_lease_holders(retention, batch).await,
+            Pruned::Reservations => store.prune_reservations(retention, batch).await,
             Pruned::FullBuckets => store.prune_admit_buckets(retention, batch).await,
             Pruned::AdmitWindows => store.prune_admit_windows(retention, batch).await,
         }

@@ -13,6 +13,9 @@ use crate::domain::{ClockReading, FlowName};
 /// Largest `count` one reservation may ask for: one business operation that
 /// makes several calls, not a bulk import.
 pub const MAX_COUNT: i64 = 10_000;
+/// Largest estimate one reservation may spend of its quota (`spend`): a
+/// quota of tokens counts far more than one of calls.
+pub const MAX_SPEND: i64 = 1_000_000_000;
 pub use crate::domain::input::MAX_REF_LEN;
 pub use crate::domain::{Limit, Outcome};
 
@@ -23,6 +26,9 @@ pub struct SlotRequest {
     pub count: i64,
     pub deadline: Option<DateTime<Utc>>,
     pub reference: Option<String>,
+    /// `count` is an estimate to settle to the actual (`POST /v1/settle`):
+    /// a grant answers a `reservation_id`.
+    pub settle: bool,
 }
 
 impl SlotRequest {
@@ -45,7 +51,25 @@ impl SlotRequest {
             count,
             deadline,
             reference,
+            settle: false,
         })
+    }
+
+    /// A reservation of an estimate, `spend` slots (up to [`MAX_SPEND`]), to
+    /// be settled to the actual.
+    pub fn estimate(
+        flow: String,
+        spend: i64,
+        deadline: Option<DateTime<Utc>>,
+        reference: Option<String>,
+    ) -> Result<Self, String> {
+        if !(1..=MAX_SPEND).contains(&spend) {
+            return Err(format!("`spend` must be between 1 and {MAX_SPEND}"));
+        }
+        let mut request = Self::new(flow, Some(1), deadline, reference)?;
+        request.count = spend;
+        request.settle = true;
+        Ok(request)
     }
 }
 
@@ -77,6 +101,15 @@ pub struct Decision {
     #[schema(schema_with = crate::domain::input::exact_id::optional_schema)]
     pub lease_id: Option<i64>,
     pub valid_until: Option<DateTime<Utc>>,
+    /// A grant of an estimate (`spend` or `"settle": true`): what `POST
+    /// /v1/settle` names to settle it to the actual. A string of digits.
+    #[serde(
+        default,
+        serialize_with = "crate::domain::input::exact_id::optional_string",
+        deserialize_with = "crate::domain::input::exact_id::optional"
+    )]
+    #[schema(schema_with = crate::domain::input::exact_id::optional_schema)]
+    pub reservation_id: Option<i64>,
     /// A deferral (or would-be deferral) by the budget: the period of the
     /// window that refused; of several, the one that reopens last.
     pub period: Option<String>,
@@ -262,6 +295,7 @@ impl Decision {
             limit: None,
             lease_id: None,
             valid_until: None,
+            reservation_id: None,
             period: None,
             windows: None,
             quota_limit: None,

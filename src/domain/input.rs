@@ -342,6 +342,17 @@ pub mod exact_id {
         }
     }
 
+    /// `#[serde(serialize_with = "crate::domain::input::exact_id::string")]`
+    pub(crate) fn string<S: Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(id)
+    }
+
+    /// `#[serde(deserialize_with = "crate::domain::input::exact_id::required")]`:
+    /// a decimal string or an integer, never `null`.
+    pub(crate) fn required<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        optional(d)?.ok_or_else(|| de::Error::custom("an id is required, not null"))
+    }
+
     /// `#[serde(default, deserialize_with = "crate::domain::input::exact_id::optional")]`:
     /// a decimal string or an integer; `null` or absent is none.
     pub(crate) fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {

@@ -13,7 +13,7 @@ use super::extract::ApiJson;
 use super::reserve::{drawn_on, quota_fields, unanswered_fields, ReserveBody};
 use super::AppState;
 use crate::domain::catalog::MAX_NAME_LEN;
-use crate::domain::decision::{Decision, SlotRequest, MAX_COUNT, MAX_REF_LEN};
+use crate::domain::decision::{Decision, MAX_COUNT, MAX_REF_LEN};
 use crate::reservations::MAX_BATCH_ITEMS;
 
 /// The body of the largest batch the route accepts, so that the documented
@@ -124,7 +124,7 @@ pub(crate) async fn reserve_batch(
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            SlotRequest::new(item.flow, item.count, item.deadline, item.reference)
+            item.request(&state)
                 .map_err(|why| ApiError::Invalid(format!("items[{i}]: {why}")))
         })
         .collect::<Result<Vec<_>, _>>()
@@ -143,6 +143,16 @@ pub(crate) async fn reserve_batch(
     caller
         .took(&state, decisions.iter().filter_map(|d| d.lease_id))
         .await;
+    let mut decisions = decisions;
+    let key_id = caller.0.as_ref().and_then(|principal| principal.key_id);
+    for (request, decision) in requests.iter().zip(&mut decisions) {
+        if request.settle {
+            state
+                .reservations
+                .open_settlement(decision, request, key_id)
+                .await;
+        }
+    }
     let mut headers = HeaderMap::new();
     quota_fields(&mut headers, drawn_on(&decisions));
     let decisions = BatchDecisions {

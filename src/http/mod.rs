@@ -12,6 +12,7 @@ mod feedback;
 mod ops;
 mod reserve;
 mod route_classes;
+mod settle;
 mod stream;
 mod views;
 mod work;
@@ -125,6 +126,7 @@ fn documented_routes(state: Option<&AppState>) -> (Router<AppState>, utoipa::ope
         .merge(dashboard::router());
     let worker = OpenApiRouter::new()
         .merge(reserve::router())
+        .merge(settle::router())
         .merge(batch::router())
         .merge(feedback::router())
         .merge(work::router())

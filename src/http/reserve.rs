@@ -34,6 +34,51 @@ pub(crate) struct ReserveBody {
     #[serde(rename = "ref")]
     #[schema(schema_with = crate::domain::input::schema::optional_reference)]
     pub(crate) reference: Option<String>,
+    /// `count` is an estimate: a grant answers a `reservation_id` to settle
+    /// it to the actual (`POST /v1/settle`).
+    #[serde(default)]
+    pub(crate) settle: Option<bool>,
+    /// An estimate of what the call spends of the flow's quota, by quota
+    /// name (`{"llm-tokens": 3500}`, up to 10^9): reserved like `count`, and
+    /// to be settled to the actual; instead of `count`.
+    #[serde(default)]
+    pub(crate) spend: Option<std::collections::BTreeMap<String, i64>>,
+}
+
+impl ReserveBody {
+    /// The request this body asks, checked; `spend` names the quota the
+    /// flow spends, read from the catalog (an unknown flow's is not
+    /// checked: it is never throttled).
+    pub(crate) fn request(self, state: &AppState) -> Result<SlotRequest, String> {
+        let Some(spend) = self.spend else {
+            let mut request =
+                SlotRequest::new(self.flow, self.count, self.deadline, self.reference)?;
+            request.settle = self.settle.unwrap_or(false);
+            return Ok(request);
+        };
+        if self.count.is_some() {
+            return Err("give `count` or `spend`, not both".into());
+        }
+        if self.settle == Some(false) {
+            return Err("`spend` is an estimate to settle: `settle` cannot be false".into());
+        }
+        let mut named = spend.into_iter();
+        let (Some((quota, amount)), None) = (named.next(), named.next()) else {
+            return Err("`spend` names one quota: the flow's".into());
+        };
+        let spends = state
+            .catalog
+            .snapshot()
+            .and_then(|snapshot| snapshot.rule(&self.flow))
+            .map(|rule| rule.quota.name);
+        if let Some(spends) = spends.filter(|spends| *spends != quota) {
+            return Err(format!(
+                "`spend` names `{quota}`, which flow `{}` does not spend (it spends `{spends}`)",
+                self.flow
+            ));
+        }
+        SlotRequest::estimate(self.flow, amount, self.deadline, self.reference)
+    }
 }
 
 pub(crate) fn router() -> OpenApiRouter<AppState> {
@@ -66,7 +111,8 @@ pub(crate) async fn reserve(
     caller: Caller,
     ApiJson(body): ApiJson<ReserveBody>,
 ) -> Result<(HeaderMap, Json<Decision>), (HeaderMap, ApiError)> {
-    let request = SlotRequest::new(body.flow, body.count, body.deadline, body.reference)
+    let request = body
+        .request(&state)
         .map_err(|why| (HeaderMap::new(), ApiError::Invalid(why)))?;
     // Deadline work goes first, down a path that holds no reservation store.
     let decision = match state.bypass.try_bypass(&request) {
@@ -80,6 +126,14 @@ pub(crate) async fn reserve(
         },
     };
     caller.took(&state, decision.lease_id).await;
+    let mut decision = decision;
+    if request.settle {
+        let key_id = caller.0.as_ref().and_then(|principal| principal.key_id);
+        state
+            .reservations
+            .open_settlement(&mut decision, &request, key_id)
+            .await;
+    }
     let mut headers = HeaderMap::new();
     if let Some(seconds) = decision.retry_after_seconds {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));

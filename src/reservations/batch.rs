@@ -112,11 +112,11 @@ impl Reservations {
             settled.push((i, decision));
         }
         for (i, decision) in settled {
-            decisions[i] = Some(self.settle(decision, requests[i].deadline.is_some(), true));
+            decisions[i] = Some(self.record(decision, requests[i].deadline.is_some(), true));
         }
         for i in sorted.unknown {
             let decision = Decision::new(Outcome::Unthrottled, &requests[i].flow);
-            decisions[i] = Some(self.settle(decision, requests[i].deadline.is_some(), false));
+            decisions[i] = Some(self.record(decision, requests[i].deadline.is_some(), false));
         }
         // Not settled: nothing was decided, so nothing is tallied (the
         // failed store call is counted in `store_errors_total`).

@@ -97,7 +97,7 @@ const OBJECTS_REVISIONS: &[&str] = &[
     // Stacked windows: period_seconds(), window_start_of(ts, period, zone),
     // take_windows(), take_paced_across() over every window of a quota,
     // quota_period's triggers, the views per window.
-    "4d65fb5e9e68144d26ef492a42f34feece6ff2ca09b2a866b99fc6453d888530",
+    "3d5c72850d33e56dc496900a182f506ee390097e96c675d5010b46e8099ea9ff",
 ];
 
 /// The revision of the functions and views this build carries: a migrate

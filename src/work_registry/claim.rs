@@ -269,7 +269,7 @@ impl WorkRegistry {
                         decision.lease_id = Some(place.lease_id);
                         decision.valid_until = Some(place.valid_until);
                     }
-                    self.reservations.settle(decision, had_deadline, true)
+                    self.reservations.record(decision, had_deadline, true)
                 }
                 (ClaimLane::Observed, Some(rule)) => {
                     observed.push((items.len(), rule.clone()));
@@ -281,9 +281,9 @@ impl WorkRegistry {
                     let decision = self
                         .reservations
                         .count_after_the_fact(with_rule(rule), rule, 1);
-                    self.reservations.settle(decision, had_deadline, true)
+                    self.reservations.record(decision, had_deadline, true)
                 }
-                _ => self.reservations.settle(
+                _ => self.reservations.record(
                     Decision::new(Outcome::Unthrottled, &item.flow),
                     had_deadline,
                     false,
@@ -413,7 +413,7 @@ impl WorkRegistry {
         for (((i, _), request), decision) in observed.iter().zip(&requests).zip(decided) {
             items[*i].decision =
                 self.reservations
-                    .settle(decision, request.deadline.is_some(), true);
+                    .record(decision, request.deadline.is_some(), true);
         }
     }
 
@@ -470,6 +470,7 @@ fn one_slot_of(item: &WorkItem) -> SlotRequest {
         count: 1,
         deadline: item.deadline,
         reference: item.reference.clone(),
+        settle: false,
     }
 }
 

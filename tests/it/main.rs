@@ -29,6 +29,7 @@ mod report;
 mod reserve;
 mod rules;
 mod schema;
+mod settle;
 mod shell_worker;
 mod shutdown;
 mod stacked;
