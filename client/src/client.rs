@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use crate::decision::{Decision, DeferralWaits, Reserve};
+use crate::decision::{Decision, DeferralWaits, LeaseId, Reserve};
 use crate::error::Error;
 use crate::fallback::{is_due, LocalBucket, OutageWatch, Route, Unreported};
 use crate::gate::{self, lock};
-use crate::report::{Report, ReportAnswer};
+use crate::report::{Report, ReportAnswer, Settled};
 use crate::retry::RetryPolicy;
 use crate::settings::{parse_url, Pacing, Settings};
 use crate::share::Share;
@@ -233,6 +233,24 @@ impl Client {
     /// arbiter's coefficients ([`crate::multiplier`]), and is not sent; the
     /// answer says so ([`ReportAnswer::local`]). A lease is then not
     /// released: it expires on its own.
+    /// Settles a grant of an estimate ([`Reserve::spend`]) to what the call
+    /// actually spent of `quota`: what was over-estimated goes back to the
+    /// quota's windows still open, what was under-estimated is counted
+    /// without refusal. Once, within the arbiter's `settle_within`.
+    #[tracing::instrument(skip_all)]
+    pub async fn settle(
+        &self,
+        reservation_id: &LeaseId,
+        quota: &str,
+        spent: u64,
+    ) -> Result<Settled, Error> {
+        let body = serde_json::json!({
+            "reservation_id": reservation_id.as_str(),
+            "spent": { quota: spent },
+        });
+        self.transport.post("v1/settle", &body).await
+    }
+
     #[tracing::instrument(skip_all)]
     pub async fn report(&self, report: &Report) -> Result<ReportAnswer, Error> {
         let local = match (report.flow_name(), report.quota_name()) {

@@ -67,6 +67,8 @@ pub struct Reserve {
     deadline: Option<DateTime<Utc>>,
     #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
     reference: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spend: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Reserve {
@@ -77,7 +79,18 @@ impl Reserve {
             count: None,
             deadline: None,
             reference: None,
+            spend: None,
         }
+    }
+
+    /// An estimate of what the call spends of `quota` (the flow's), instead
+    /// of a count: a grant carries a [`Decision::reservation_id`] to settle
+    /// it to the actual once the call is over ([`crate::Client::settle`]).
+    pub fn spend(mut self, quota: impl Into<String>, estimate: u64) -> Self {
+        self.spend
+            .get_or_insert_with(Default::default)
+            .insert(quota.into(), estimate);
+        self
     }
 
     /// Slots to reserve, all or nothing (1-10000; the arbiter checks).
@@ -107,9 +120,13 @@ impl Reserve {
         self.deadline
     }
 
-    /// Slots asked for (1 unless set).
+    /// Slots asked for (1 unless set; an estimate's, when it fits).
     pub fn slots(&self) -> u32 {
-        self.count.unwrap_or(1)
+        let estimate = self.spend.as_ref().and_then(|spend| spend.values().next());
+        match estimate {
+            Some(&estimate) => u32::try_from(estimate).unwrap_or(u32::MAX),
+            None => self.count.unwrap_or(1),
+        }
     }
 }
 
@@ -164,6 +181,9 @@ pub enum Decision {
         /// when the emission is over ([`Decision::report`]).
         lease_id: Option<LeaseId>,
         valid_until: Option<DateTime<Utc>>,
+        /// A grant of an estimate ([`Reserve::spend`]): what settles it.
+        #[serde(default)]
+        reservation_id: Option<LeaseId>,
     },
     /// A limit was reached: keep the work pending and ask again at `retry_at`.
     #[non_exhaustive]
@@ -249,6 +269,15 @@ impl Decision {
     pub fn lease_id(&self) -> Option<&LeaseId> {
         match self {
             Decision::Granted { lease_id, .. } => lease_id.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// A grant of an estimate: what settles it to the actual
+    /// ([`crate::Client::settle`]).
+    pub fn reservation_id(&self) -> Option<&LeaseId> {
+        match self {
+            Decision::Granted { reservation_id, .. } => reservation_id.as_ref(),
             _ => None,
         }
     }

@@ -58,7 +58,7 @@ pub use decision::{
     Decision, DeferralWaits, LeaseId, Limit, Mode, Reserve, MIN_DEFERRAL_WAIT, STALE_DEFERRAL_MAX,
 };
 pub use error::{Error, Failure};
-pub use report::{Report, ReportAnswer};
+pub use report::{Report, ReportAnswer, Settled};
 pub use retry::{parse_retry_after, RetryPolicy};
 pub use settings::{Pacing, Settings, DEFAULT_URL};
 pub use share::Share;

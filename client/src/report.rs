@@ -86,6 +86,20 @@ impl Report {
     }
 }
 
+/// What a settlement came to (`POST /v1/settle`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct Settled {
+    /// The slots the reservation took.
+    pub estimated: i64,
+    /// What is counted now.
+    pub spent: i64,
+    /// Given back to the windows still open.
+    pub given_back: i64,
+    /// Taken past the estimate, without refusal.
+    pub overspent: i64,
+}
+
 /// The arbiter's answer to a report.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[non_exhaustive]

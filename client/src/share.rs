@@ -163,7 +163,7 @@ mod tests {
     fn the_share_is_the_cadence_divided_among_the_clients() {
         let shares = Shares::default();
         shares.update(&event(
-            r#"{"quotas": [{"quota": "api", "rate": 30.0, "burst": 6.0, "hourly_ceiling": 100000,
+            r#"{"quotas": [{"quota": "api", "rate": 30.0, "burst": 6.0, "hourly_ceiling": 1000000,
             "clients": 3, "flows": [{"flow": "invoice", "fallback": "local"},
             {"flow": "sync", "fallback": "off"}]}]}"#,
         ));

@@ -343,3 +343,26 @@ async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
     assert_eq!(status(unknown).await, 404);
     assert_eq!(current_count(&pool, "api").await, 10);
 }
+
+/// The worker's cycle for a cost known after the call: acquire an estimate,
+/// emit, settle what was billed; the quota's windows count the actual.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_worker_acquires_an_estimate_and_settles_what_was_billed(pool: PgPool) {
+    let pool = pin_clock(&pool, 10).await;
+    create_flow(&pool, "llm-tokens", 10_000, "chat", "enforce").await;
+    let replica = Replica::spawn(&database_url(&pool, &postgres_host_port()).await).await;
+    let client = quick_client(&replica.base);
+    let decision = client
+        .acquire(Reserve::new("chat").spend("llm-tokens", 3500))
+        .await
+        .unwrap();
+    assert_eq!(current_count(&pool, "llm-tokens").await, 3500);
+    let id = decision
+        .reservation_id()
+        .expect("an estimate to settle")
+        .clone();
+    let settled = client.settle(&id, "llm-tokens", 2310).await.unwrap();
+    assert_eq!((settled.given_back, settled.overspent), (1190, 0));
+    assert_eq!(current_count(&pool, "llm-tokens").await, 2310);
+    assert!(client.settle(&id, "llm-tokens", 1).await.is_err(), "once");
+}
