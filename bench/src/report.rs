@@ -371,6 +371,8 @@ mod tests {
         let expected = [
             ("budget enforce / bare upsert, hot row", Some(15.0), "MISS"),
             ("budget enforce / GET /healthz", Some(75.0), "PASS"),
+            ("three windows / one window, enforce", Some(96.67), "PASS"),
+            ("three windows / bare upsert, hot row", Some(14.5), "PASS"),
             ("cadence / bare upsert, hot row", Some(1.0), "MISS"),
             ("max_in_flight / bare upsert, hot row", Some(10.0), "PASS"),
             (
