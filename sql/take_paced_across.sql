@@ -22,7 +22,8 @@ SELECT t.o_quota_index        AS "quota_index!",
        t.o_lease_ids          AS "lease_ids!",
        t.o_lease_valid_until  AS "lease_valid_until!",
        t.o_lease_asks         AS "lease_asks!",
-       t.o_first_lease_expiry AS "first_lease_expiry?"
+       t.o_first_lease_expiry AS "first_lease_expiry?",
+       t.o_typical_hold       AS "typical_hold?"
 FROM take_paced_across($1::text[], $2::integer[], $3::integer[], $4::boolean[],
                        $5::float8[], $6::float8[], $7::boolean[], $8::bigint[], $9::text[],
                        $10::integer[], $11::text[], $12::text[], $13::bigint[], $14::boolean) AS t

@@ -70,7 +70,7 @@ CREATE OR REPLACE FUNCTION take_paced_across(
     o_window_starts timestamptz[], o_window_ends timestamptz[], o_counts_before bigint[],
     o_tokens_bound boolean, o_places_bound boolean, o_tokens double precision,
     o_rate double precision, o_lease_ids bigint[], o_lease_valid_until timestamptz[],
-    o_lease_asks bigint[], o_first_lease_expiry timestamptz
+    o_lease_asks bigint[], o_first_lease_expiry timestamptz, o_typical_hold double precision
 )
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -263,7 +263,15 @@ BEGIN
                 THEN least((SELECT coalesce(s.valid_until, '-infinity') FROM quota_place s
                             WHERE s.quota = q.quota AND coalesce(s.valid_until, '-infinity') > v_now
                             ORDER BY coalesce(s.valid_until, '-infinity') LIMIT 1),
-                           l.first_expiry) END
+                           l.first_expiry) END,
+           -- How long a place is typically held (the average hold time of
+           -- the quota's flows, seconds): when one is expected to free,
+           -- sooner than the first lease's expiry, which is twice as long at
+           -- least. Read only when the places bound the take.
+           CASE WHEN h.carried < least(q.total, h.tokens, q.room)
+                THEN (SELECT avg(d.avg_seconds) FROM flow f
+                      JOIN flow_lease_duration d ON d.flow = f.name
+                      WHERE f.quota = q.quota) END
     FROM quotas q
     JOIN want h ON h.qi = q.qi
     LEFT JOIN bucket k ON k.qi = q.qi

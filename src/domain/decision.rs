@@ -200,6 +200,9 @@ pub struct Outlook {
     pub bucket: Option<(f64, f64)>,
     /// When the earliest live lease of the quota expires; `None`: none is live.
     pub first_lease_expiry: Option<DateTime<Utc>>,
+    /// How long the quota's flows typically hold a place (their average
+    /// hold time); `None`: no history yet.
+    pub typical_hold: Option<chrono::Duration>,
     /// The window that refused (the one that reopens last of those without
     /// room): what a budget deferral waits for; `None`: the clock's hour.
     pub reopening: Option<Reopening>,
@@ -212,6 +215,7 @@ impl Outlook {
             clock,
             bucket: None,
             first_lease_expiry: None,
+            typical_hold: None,
             reopening: None,
         }
     }
@@ -247,15 +251,22 @@ impl Deferral {
     /// When an ask refused by `limit` could succeed, `tokens` being the
     /// tokens it needs counted from the take's start (its own and those kept
     /// by grants before it): the budget at the window's end, the cadence once
-    /// the bucket holds them, the in-flight places when the first lease
-    /// expires (a report may free one sooner; none live: now).
+    /// the bucket holds them, the in-flight places when one is expected to
+    /// free: after the flows' typical hold time, or when the first lease
+    /// expires if that comes sooner (a lease lasts twice the typical hold at
+    /// least, so a caller told the expiry would wait beside free places;
+    /// none live: now).
     pub fn by(limit: Limit, outlook: &Outlook, tokens: i64) -> Self {
         let retry_at = match limit {
             Limit::Budget => outlook
                 .reopening
                 .map_or(outlook.clock.window_end, |window| window.at),
             Limit::Cadence => outlook.tokens_at(tokens),
-            Limit::InFlight => outlook.first_lease_expiry.unwrap_or(outlook.clock.db_now),
+            Limit::InFlight => match (outlook.first_lease_expiry, outlook.typical_hold) {
+                (None, _) => outlook.clock.db_now,
+                (Some(expiry), None) => expiry,
+                (Some(expiry), Some(hold)) => expiry.min(outlook.clock.db_now + hold),
+            },
         };
         let period = match limit {
             Limit::Budget => outlook.reopening.map(|window| window.period),
@@ -543,6 +554,7 @@ mod tests {
             clock,
             bucket: Some((2.5, 4.0)),
             first_lease_expiry: Some(clock.db_now + Duration::seconds(7)),
+            typical_hold: None,
             reopening: None,
         }
     }
@@ -577,6 +589,23 @@ mod tests {
         };
         let free = Deferral::by(Limit::InFlight, &none_live, 1);
         assert_eq!(free.retry_at, now, "no live lease: a place is free now");
+        // Places are held 1.2 s as a rule: one is expected to free then, not
+        // when the first lease (7 s) expires; a hold longer than the wait
+        // for the expiry leaves the expiry.
+        let typical = Outlook {
+            typical_hold: Some(Duration::milliseconds(1200)),
+            ..outlook
+        };
+        let soon = Deferral::by(Limit::InFlight, &typical, 1);
+        assert_eq!(soon.retry_at, now + Duration::milliseconds(1200));
+        let long = Outlook {
+            typical_hold: Some(Duration::seconds(30)),
+            ..outlook
+        };
+        assert_eq!(
+            Deferral::by(Limit::InFlight, &long, 1).retry_at,
+            now + Duration::seconds(7)
+        );
         let no_cadence = Outlook::of_window(outlook.clock);
         assert_eq!(no_cadence.tokens(), None);
         assert_eq!(outlook.tokens(), Some(2));

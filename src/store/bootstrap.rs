@@ -97,7 +97,7 @@ const OBJECTS_REVISIONS: &[&str] = &[
     // Stacked windows: period_seconds(), window_start_of(ts, period, zone),
     // take_windows(), take_paced_across() over every window of a quota,
     // quota_period's triggers, the views per window.
-    "3d5c72850d33e56dc496900a182f506ee390097e96c675d5010b46e8099ea9ff",
+    "40eda1624ba375046ee870f05ce256041c836752cf60450492073be596583797",
 ];
 
 /// The revision of the functions and views this build carries: a migrate

@@ -129,6 +129,7 @@ pub(super) async fn places_outlook<'e>(
         clock: clock_reading!(row),
         bucket: None,
         first_lease_expiry: row.first_lease_expiry,
+        typical_hold: row.typical_hold.and_then(super::paced::hold_duration),
         reopening: None,
     })
 }

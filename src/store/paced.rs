@@ -52,6 +52,9 @@ pub struct PacedTake {
     pub leases: Vec<LabelledLease>,
     /// When the earliest live lease of the quota expires (`None`: none is live).
     pub first_lease_expiry: Option<DateTime<Utc>>,
+    /// The quota's flows' average hold time, read when the places bound
+    /// the take.
+    typical_hold: Option<f64>,
     /// The bucket when the take began: tokens and the rate they refill at.
     bucket: Option<(f64, f64)>,
 }
@@ -64,6 +67,7 @@ impl PacedTake {
             clock: self.clock,
             bucket: self.bucket,
             first_lease_expiry: self.first_lease_expiry,
+            typical_hold: self.typical_hold.and_then(hold_duration),
             reopening: None,
         }
     }
@@ -72,6 +76,12 @@ impl PacedTake {
     pub fn tokens(&self) -> Option<i64> {
         self.outlook().tokens()
     }
+}
+
+/// A hold time in seconds as a duration (none for what is not one).
+pub(super) fn hold_duration(seconds: f64) -> Option<chrono::Duration> {
+    (seconds.is_finite() && seconds >= 0.0)
+        .then(|| chrono::Duration::microseconds((seconds * 1e6).round() as i64))
 }
 
 /// The statement's parameters: one element per quota, the asks of them all
@@ -205,6 +215,7 @@ impl Store {
                 },
                 leases,
                 first_lease_expiry: row.first_lease_expiry,
+                typical_hold: row.typical_hold,
                 bucket: row.tokens.zip(row.rate),
             };
             if let Some(slot) = takes.get_mut(index) {

@@ -55,9 +55,9 @@ async fn the_dashboard_shows_bars_and_numbers_in_chromium(pool: PgPool) {
         "rendered page:\n{dom}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    // The current window: a bar for ppf with its numbers, over the ceiling.
+    // The current window: a bar for ppf's hour with its numbers, over the ceiling.
     assert!(
-        dom.contains(r#"<div class="quota" data-quota="ppf">"#),
+        dom.contains(r#"<div class="quota" data-quota="ppf" data-period="1h">"#),
         "{dom}"
     );
     assert!(

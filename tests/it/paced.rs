@@ -1035,3 +1035,41 @@ async fn concurrent_decisions_across_paced_quotas_hold_each_to_its_own_limits(po
         "refused asks hold no place"
     );
 }
+
+/// An in-flight deferral says when a place is expected to free: after the
+/// flows' typical hold time (0.4 s here), not when the first lease expires
+/// (5 s, its floor): a worker that honours `retry_at` does not sleep beside
+/// a place about to free.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn an_in_flight_deferral_waits_the_typical_hold_not_the_lease(pool: PgPool) {
+    let app = crate::helpers::TestApp::spawn(pool.clone()).await;
+    app.admin_json(
+        reqwest::Method::PUT,
+        "/v1/quotas/one-place",
+        Some(serde_json::json!({"hourly_ceiling": 1000, "max_in_flight": 1})),
+    )
+    .await;
+    app.admin_json(
+        reqwest::Method::PUT,
+        "/v1/flows/emit",
+        Some(serde_json::json!({"quota": "one-place", "mode": "enforce"})),
+    )
+    .await;
+    sqlx::query("INSERT INTO flow_lease_duration (flow, avg_seconds) VALUES ('emit', 0.4)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let held = app.reserve(serde_json::json!({"flow": "emit"})).await;
+    let valid_until = held.valid_until.expect("a lease on the one place");
+    let waits = app.reserve(serde_json::json!({"flow": "emit"})).await;
+    assert_eq!(
+        waits.limit,
+        Some(quota_arbiter::domain::decision::Limit::InFlight)
+    );
+    assert_eq!(waits.retry_after_seconds, Some(1), "{waits:?}");
+    let retry_at = waits.retry_at.unwrap();
+    assert!(
+        retry_at < valid_until - chrono::Duration::seconds(3),
+        "retry at {retry_at}, the lease runs to {valid_until}"
+    );
+}
