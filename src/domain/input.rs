@@ -207,6 +207,39 @@ pub mod schema {
     /// A schema that holds when one of `alternatives` does (each a plain
     /// schema as JSON, with a `type`: utoipa's untagged `Schema` reads back
     /// neither `anyOf` nor a schema without one, and writes `const` as `enum`).
+    /// Amounts by quota name (`{"llm-tokens": 3500}`): one quota, each
+    /// amount within `min..=max`; `null` or absent where `nullable`.
+    pub(crate) fn amounts(min: i64, max: i64, nullable: bool) -> Schema {
+        let types = if nullable {
+            SchemaType::from_iter([Type::Object, Type::Null])
+        } else {
+            SchemaType::from(Type::Object)
+        };
+        let amount = ObjectBuilder::new()
+            .schema_type(SchemaType::from(Type::Integer))
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                utoipa::openapi::KnownFormat::Int64,
+            )))
+            .minimum(Some(min))
+            .maximum(Some(max));
+        ObjectBuilder::new()
+            .schema_type(types)
+            .additional_properties(Some(amount))
+            .min_properties(Some(usize::from(nullable)))
+            .max_properties(Some(1))
+            .into()
+    }
+
+    /// `spend` on a reservation: the flow's quota, 1 to 10^9.
+    pub(crate) fn spend() -> Schema {
+        amounts(1, crate::domain::decision::MAX_SPEND, true)
+    }
+
+    /// `spent` on a settlement: the reservation's quota, 0 to 10^9.
+    pub(crate) fn spent() -> Schema {
+        amounts(0, crate::domain::decision::MAX_SPEND, false)
+    }
+
     pub(crate) fn any_of(alternatives: impl IntoIterator<Item = serde_json::Value>) -> Schema {
         alternatives
             .into_iter()
@@ -413,6 +446,15 @@ pub mod exact_id {
                 "An exact id: a string of decimal digits (a JSON number would lose digits in \
                  JavaScript and jq)",
             ))
+            .into()
+    }
+
+    /// A required id a caller sends: a string of digits.
+    pub(crate) fn required_input_schema() -> Schema {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from(Type::String))
+            .pattern(Some(PATTERN))
+            .description(Some("An exact id: a string of decimal digits"))
             .into()
     }
 

@@ -204,15 +204,16 @@ fn ceiling_at(ceiling: i64, share: Option<i16>) -> i64 {
 #[serde(deny_unknown_fields)]
 pub struct WindowSpec {
     /// A duration that divides a day evenly (`1s` … `1d`: `1m`, `5m`, `1h`, …) or `1mo`.
-    #[schema(example = "1m")]
+    #[schema(example = "1m", pattern = "^([1-9][0-9]{0,4}[smhd]|1mo)$")]
     pub period: String,
     /// Slots per window; below 1 refuses everything.
     #[schema(minimum = 0, maximum = 9007199254740992_i64)]
     #[serde(deserialize_with = "crate::domain::input::integer::required")]
     pub ceiling: i64,
     /// `1d` and `1mo` only: the IANA time zone whose local midnight starts
-    /// the window (default UTC).
+    /// the window (default UTC); one PostgreSQL knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9/_+-]{1,64}$", example = "America/Los_Angeles")]
     pub zone: Option<String>,
 }
 

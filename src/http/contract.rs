@@ -56,6 +56,15 @@ fn refine_bodies(openapi: &mut OpenApi) {
             ])],
         ),
         (
+            "ReserveBody",
+            vec![input::schema::any_of([
+                json!({"type": "object", "properties": {"spend": absent}}),
+                json!({"type": "object", "required": ["spend"], "properties": {
+                    "spend": {"type": "object"}, "count": absent,
+                    "settle": {"type": ["boolean", "null"], "enum": [true, null]}}}),
+            ])],
+        ),
+        (
             "ReleaseBody",
             vec![input::schema::any_of([
                 json!({"type": "object", "properties": {"retry_in": absent}}),

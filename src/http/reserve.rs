@@ -42,6 +42,7 @@ pub(crate) struct ReserveBody {
     /// name (`{"llm-tokens": 3500}`, up to 10^9): reserved like `count`, and
     /// to be settled to the actual; instead of `count`.
     #[serde(default)]
+    #[schema(schema_with = crate::domain::input::schema::spend)]
     pub(crate) spend: Option<std::collections::BTreeMap<String, i64>>,
 }
 

@@ -20,11 +20,12 @@ use crate::reservations::{SettleError, Settler};
 pub(crate) struct SettleBody {
     /// The `reservation_id` of the grant (a string of digits).
     #[serde(deserialize_with = "crate::domain::input::exact_id::required")]
-    #[schema(value_type = String, example = "863254688558838201")]
+    #[schema(schema_with = crate::domain::input::exact_id::required_input_schema)]
     pub(crate) reservation_id: i64,
     /// What the call actually spent of the reservation's quota, by quota
     /// name (`{"llm-tokens": 2310}`); left out: spent as estimated.
     #[serde(default)]
+    #[schema(schema_with = crate::domain::input::schema::spent)]
     pub(crate) spent: BTreeMap<String, i64>,
 }
 
