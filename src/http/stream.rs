@@ -144,7 +144,7 @@ async fn broadcast(
                 continue;
             }
         };
-        if sent.as_ref() == Some(&shares) {
+        if !worth_sending(sent.as_deref(), &shares) {
             continue;
         }
         let event = ShareEvent {
@@ -162,9 +162,82 @@ async fn broadcast(
     presence.leave().await;
 }
 
+/// How far an effective rate or burst may move before the clients hear of
+/// it: the adaptive factor recovers continuously, and a 0.1 % step every
+/// second is no news to a client deciding at its share.
+const SHARE_TOLERANCE: f64 = 0.01;
+
+/// Whether `now` is news against what was `sent` last: anything but the
+/// effective rate and burst changed, or one of those moved by more than
+/// [`SHARE_TOLERANCE`] of what was sent (so a slow drift is sent once it
+/// adds up).
+fn worth_sending(sent: Option<&[QuotaShare]>, now: &[QuotaShare]) -> bool {
+    let Some(sent) = sent else {
+        return true;
+    };
+    let moved = |was: Option<f64>, is: Option<f64>| match (was, is) {
+        (Some(was), Some(is)) => (is - was).abs() > SHARE_TOLERANCE * was.abs(),
+        (was, is) => was.is_some() != is.is_some(),
+    };
+    sent.len() != now.len()
+        || sent.iter().zip(now).any(|(was, is)| {
+            moved(was.rate, is.rate)
+                || moved(was.burst, is.burst)
+                || QuotaShare {
+                    rate: None,
+                    burst: None,
+                    ..was.clone()
+                } != QuotaShare {
+                    rate: None,
+                    burst: None,
+                    ..is.clone()
+                }
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn share(rate: Option<f64>, clients: i64) -> QuotaShare {
+        QuotaShare {
+            quota: "api".into(),
+            rate,
+            burst: rate.map(|r| r / 2.0),
+            hourly_ceiling: Some(1000),
+            windows: Vec::new(),
+            clients,
+            flows: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_share_is_sent_when_it_moves_by_more_than_a_percent_or_anything_else_changes() {
+        let sent = [share(Some(10.0), 1)];
+        assert!(worth_sending(None, &sent), "the first event");
+        assert!(!worth_sending(Some(&sent), &sent));
+        assert!(
+            !worth_sending(Some(&sent), &[share(Some(10.09), 1)]),
+            "0.9 %"
+        );
+        assert!(
+            worth_sending(Some(&sent), &[share(Some(10.11), 1)]),
+            "1.1 %"
+        );
+        assert!(
+            worth_sending(Some(&sent), &[share(Some(9.8), 1)]),
+            "down 2 %"
+        );
+        assert!(
+            worth_sending(Some(&sent), &[share(None, 1)]),
+            "the cadence gone"
+        );
+        assert!(
+            worth_sending(Some(&sent), &[share(Some(10.0), 2)]),
+            "a client more"
+        );
+        assert!(worth_sending(Some(&sent), &[]), "the quota gone");
+    }
 
     #[test]
     fn flows_are_the_repeated_flow_parameter() {
