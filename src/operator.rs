@@ -118,14 +118,7 @@ pub async fn change_quota(store: &Store, config: &Config, args: &QuotaArgs) -> a
     .into_iter()
     .flatten()
     .collect();
-    let windows: Vec<String> = row
-        .windows
-        .iter()
-        .map(|w| match &w.zone {
-            Some(zone) => format!("{}={}@{zone}", w.period, w.ceiling),
-            None => format!("{}={}", w.period, w.ceiling),
-        })
-        .collect();
+    let windows: Vec<String> = row.windows.iter().map(ToString::to_string).collect();
     println!("{} windows={}{line}", row.name, windows.join(","));
     Ok(())
 }

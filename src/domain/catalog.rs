@@ -8,7 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::admission::RouteClass;
-use crate::domain::window::{Period, WindowRule};
+use crate::domain::window::WindowRule;
 
 mod settings;
 
@@ -125,23 +125,6 @@ impl QuotaRule {
     pub(crate) fn ceilings_for(&self, priority: i16) -> Vec<i64> {
         let share = self.share_for(priority);
         self.windows.iter().map(|w| w.ceiling_for(share)).collect()
-    }
-
-    /// The window answers name (design.md §12): the hour when the quota has
-    /// one, else the shortest; `None` without windows.
-    pub fn primary_window(&self) -> Option<usize> {
-        self.windows
-            .iter()
-            .position(|w| w.period == Period::HOUR)
-            .or((!self.windows.is_empty()).then_some(0))
-    }
-
-    /// The `1h` window's ceiling, which answers and views call `hourly_ceiling`.
-    pub fn hourly_ceiling(&self) -> Option<i64> {
-        self.windows
-            .iter()
-            .find(|w| w.period == Period::HOUR)
-            .map(|w| w.ceiling)
     }
 }
 
@@ -277,6 +260,7 @@ impl Handling {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::window::Period;
 
     fn quota(priority2_share: Option<i16>, priority3_share: Option<i16>) -> QuotaRule {
         QuotaRule {
@@ -313,18 +297,6 @@ mod tests {
         // Priority 3 without a share of its own stops where priority 2 does.
         assert_eq!(quota(Some(90), None).ceilings_for(3), [900, 4500]);
         assert_eq!(quota(None, None).ceilings_for(3), [1000, 5000]);
-    }
-
-    #[test]
-    fn answers_name_the_hour_else_the_shortest_window() {
-        let mut stacked = quota(None, None);
-        assert_eq!(stacked.primary_window(), Some(0));
-        assert_eq!(stacked.hourly_ceiling(), Some(1000));
-        stacked.windows.remove(0);
-        assert_eq!(stacked.primary_window(), Some(0));
-        assert_eq!(stacked.hourly_ceiling(), None);
-        stacked.windows.clear();
-        assert_eq!(stacked.primary_window(), None);
     }
 
     #[test]

@@ -209,18 +209,7 @@ pub struct Outlook {
 }
 
 impl Outlook {
-    /// Only the window is known (a budget-only quota).
-    pub(crate) fn of_window(clock: ClockReading) -> Self {
-        Self {
-            clock,
-            bucket: None,
-            first_lease_expiry: None,
-            typical_hold: None,
-            reopening: None,
-        }
-    }
-
-    /// The same, with `reopening` the window that refused an ask.
+    /// This outlook, with `reopening` the window that refused an ask.
     pub(crate) fn refused_by(self, reopening: Option<Reopening>) -> Self {
         Self { reopening, ..self }
     }
@@ -245,7 +234,11 @@ impl Outlook {
 impl Deferral {
     /// A window has too little left: more comes when it ends.
     pub fn budget(reopening: Reopening) -> Self {
-        Deferral::by(Limit::Budget, &Outlook::of_window_end(reopening), 0)
+        Deferral {
+            limit: Limit::Budget,
+            retry_at: reopening.at,
+            period: Some(reopening.period),
+        }
     }
 
     /// When an ask refused by `limit` could succeed, `tokens` being the
@@ -258,9 +251,10 @@ impl Deferral {
     /// none live: now).
     pub fn by(limit: Limit, outlook: &Outlook, tokens: i64) -> Self {
         let retry_at = match limit {
-            Limit::Budget => outlook
-                .reopening
-                .map_or(outlook.clock.window_end, |window| window.at),
+            Limit::Budget => match outlook.reopening {
+                Some(window) => return Deferral::budget(window),
+                None => outlook.clock.window_end,
+            },
             Limit::Cadence => outlook.tokens_at(tokens),
             Limit::InFlight => match (outlook.first_lease_expiry, outlook.typical_hold) {
                 (None, _) => outlook.clock.db_now,
@@ -268,27 +262,11 @@ impl Deferral {
                 (Some(expiry), Some(hold)) => expiry.min(outlook.clock.db_now + hold),
             },
         };
-        let period = match limit {
-            Limit::Budget => outlook.reopening.map(|window| window.period),
-            Limit::Cadence | Limit::InFlight => None,
-        };
         Deferral {
             limit,
             retry_at,
-            period,
+            period: None,
         }
-    }
-}
-
-impl Outlook {
-    /// Only the refusing window is known.
-    fn of_window_end(reopening: Reopening) -> Self {
-        let clock = ClockReading {
-            db_now: reopening.at,
-            window_start: reopening.at,
-            window_end: reopening.at,
-        };
-        Outlook::of_window(clock).refused_by(Some(reopening))
     }
 }
 
@@ -349,12 +327,9 @@ impl Decision {
         clock: &ClockReading,
     ) -> Self {
         self.hour_start = Some(clock.window_start);
-        let primary = windows
-            .iter()
-            .position(|w| w.period == Period::HOUR)
-            .unwrap_or(0);
-        self.window_start = windows
-            .get(primary)
+        let primary = crate::domain::window::primary(windows.iter().map(|w| w.period));
+        self.window_start = primary
+            .and_then(|i| windows.get(i))
             .map_or(Some(clock.window_start), |w| Some(w.window_start));
         let Some(limit) = &mut self.quota_limit else {
             return self;
@@ -606,7 +581,11 @@ mod tests {
             Deferral::by(Limit::InFlight, &long, 1).retry_at,
             now + Duration::seconds(7)
         );
-        let no_cadence = Outlook::of_window(outlook.clock);
+        let no_cadence = Outlook {
+            bucket: None,
+            first_lease_expiry: None,
+            ..outlook
+        };
         assert_eq!(no_cadence.tokens(), None);
         assert_eq!(outlook.tokens(), Some(2));
         assert_eq!(Deferral::by(Limit::Cadence, &no_cadence, 3).retry_at, now);

@@ -250,6 +250,40 @@ impl WindowSpec {
     }
 }
 
+/// The CLI's spelling, which [`parse_cli_window`] reads back:
+/// `1m=500`, `1d=10000@America/Los_Angeles`.
+impl fmt::Display for WindowSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.period, self.ceiling)?;
+        match &self.zone {
+            Some(zone) => write!(f, "@{zone}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The `1h` window's ceiling, which answers and views call `hourly_ceiling`.
+pub fn hourly_ceiling(windows: &[WindowRule]) -> Option<i64> {
+    windows
+        .iter()
+        .find(|w| w.period == Period::HOUR)
+        .map(|w| w.ceiling)
+}
+
+/// Which of a quota's windows (by their periods, shortest first) answers
+/// name (design.md §12): the hour when there is one, else the shortest;
+/// `None` without windows.
+pub fn primary(periods: impl IntoIterator<Item = Period>) -> Option<usize> {
+    let mut count = 0;
+    for (i, period) in periods.into_iter().enumerate() {
+        if period == Period::HOUR {
+            return Some(i);
+        }
+        count += 1;
+    }
+    (count > 0).then_some(0)
+}
+
 impl From<&WindowRule> for WindowSpec {
     fn from(rule: &WindowRule) -> Self {
         WindowSpec {
@@ -435,6 +469,37 @@ mod tests {
             refusing(&windows, None, 2, 5).unwrap().period.to_string(),
             "1d"
         );
+    }
+
+    #[test]
+    fn answers_name_the_hour_else_the_shortest_window() {
+        let day = WindowRule {
+            period: Period::parse("1d").unwrap(),
+            ceiling: 5000,
+            zone: None,
+        };
+        let mut stacked = vec![WindowRule::hour(1000), day];
+        let periods = |windows: &[WindowRule]| primary(windows.iter().map(|w| w.period));
+        assert_eq!(periods(&stacked), Some(0));
+        assert_eq!(hourly_ceiling(&stacked), Some(1000));
+        stacked.remove(0);
+        assert_eq!(periods(&stacked), Some(0));
+        assert_eq!(hourly_ceiling(&stacked), None);
+        stacked.clear();
+        assert_eq!(periods(&stacked), None);
+        let minute_then_hour = [Period::parse("1m").unwrap(), Period::HOUR];
+        assert_eq!(
+            primary(minute_then_hour),
+            Some(1),
+            "the hour, not the shortest"
+        );
+    }
+
+    #[test]
+    fn the_cli_spelling_reads_back() {
+        for text in ["1m=500", "1d=10000@America/Los_Angeles"] {
+            assert_eq!(parse_cli_window(text).unwrap().to_string(), text);
+        }
     }
 
     #[test]

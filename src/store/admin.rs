@@ -35,10 +35,7 @@ impl From<QuotaRecord> for QuotaRow {
         let windows = super::catalog::windows_of_row(r.periods, r.ceilings, r.zones);
         QuotaRow {
             name: r.name,
-            hourly_ceiling: windows
-                .iter()
-                .find(|w| w.period == crate::domain::window::Period::HOUR)
-                .map(|w| w.ceiling),
+            hourly_ceiling: crate::domain::window::hourly_ceiling(&windows),
             windows: windows.iter().map(WindowSpec::from).collect(),
             rate: r.rate,
             burst: r.burst,
@@ -431,9 +428,7 @@ async fn write_windows(
     name: &str,
     windows: &[WindowRule],
 ) -> Result<(), sqlx::Error> {
-    let periods: Vec<String> = windows.iter().map(|w| w.period.to_string()).collect();
-    let ceilings: Vec<i64> = windows.iter().map(|w| w.ceiling).collect();
-    let zones: Vec<Option<String>> = windows.iter().map(|w| w.zone.clone()).collect();
+    let (periods, ceilings, zones) = super::catalog::window_columns(windows);
     sqlx::query_file!(
         "sql/put_quota_windows.sql",
         name,

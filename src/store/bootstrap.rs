@@ -20,6 +20,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool, Postgres};
 
 use crate::domain::catalog::{FlowSeed, QuotaLimits};
+use crate::domain::window::WindowSpec;
 use crate::domain::Secret;
 
 /// The migrations in `migrations/`, as every deployed database runs them.
@@ -316,20 +317,12 @@ pub async fn seed_catalog(
         let Ok(settings) = seed.settings(default_ceiling) else {
             continue;
         };
-        let periods: Vec<String> = settings
-            .windows
-            .iter()
-            .map(|w| w.period.to_string())
-            .collect();
-        let ceilings: Vec<i64> = settings.windows.iter().map(|w| w.ceiling).collect();
-        let zones: Vec<Option<String>> = settings.windows.iter().map(|w| w.zone.clone()).collect();
+        let (periods, ceilings, zones) = super::catalog::window_columns(&settings.windows);
+        // The stored windows come back in the CLI's spelling (seed_quota.sql).
         let wanted: Vec<String> = settings
             .windows
             .iter()
-            .map(|w| match &w.zone {
-                Some(zone) => format!("{}={}@{zone}", w.period, w.ceiling),
-                None => format!("{}={}", w.period, w.ceiling),
-            })
+            .map(|w| WindowSpec::from(w).to_string())
             .collect();
         let stored = sqlx::query_file_scalar!(
             "sql/seed_quota.sql",

@@ -7,6 +7,17 @@ use crate::domain::catalog::{Cadence, FlowRule, QuotaRule, Snapshot};
 use super::Store;
 use crate::domain::window::{Period, WindowRule};
 
+/// A quota's windows as a statement writes them: parallel arrays of their
+/// periods, ceilings and zones ([`windows_of_row`] reads them back).
+pub(super) fn window_columns(
+    windows: &[WindowRule],
+) -> (Vec<String>, Vec<i64>, Vec<Option<String>>) {
+    let periods = windows.iter().map(|w| w.period.to_string()).collect();
+    let ceilings = windows.iter().map(|w| w.ceiling).collect();
+    let zones = windows.iter().map(|w| w.zone.clone()).collect();
+    (periods, ceilings, zones)
+}
+
 /// A quota's windows as the tables hold them (parallel arrays), shortest
 /// first. The table's CHECK admits only periods this build parses.
 pub(super) fn windows_of_row(

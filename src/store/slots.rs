@@ -138,6 +138,36 @@ pub(super) fn counted(
         .collect()
 }
 
+/// The takes of `asks`, one row each in their order (either statement's):
+/// its clock, slots taken, and its windows' starts, ends and counts before.
+fn answered<S, E, C>(
+    asks: &[QuotaAsk],
+    rows: impl ExactSizeIterator<Item = (ClockReading, i64, S, E, C)>,
+) -> Result<Vec<QuotaTake>, sqlx::Error>
+where
+    S: AsRef<[chrono::DateTime<chrono::Utc>]>,
+    E: AsRef<[chrono::DateTime<chrono::Utc>]>,
+    C: AsRef<[i64]>,
+{
+    if rows.len() != asks.len() {
+        return Err(sqlx::Error::RowNotFound);
+    }
+    Ok(asks
+        .iter()
+        .zip(rows)
+        .map(|(ask, (clock, taken, starts, ends, counts))| QuotaTake {
+            clock,
+            taken,
+            windows: counted(
+                &ask.windows,
+                starts.as_ref(),
+                ends.as_ref(),
+                counts.as_ref(),
+            ),
+        })
+        .collect())
+}
+
 impl Store {
     /// One call takes slots of every quota in `asks`, all or nothing across
     /// each quota's windows (rows locked in key order); the takes answer in
@@ -148,15 +178,40 @@ impl Store {
         asks: &[QuotaAsk],
         regardless: bool,
     ) -> Result<Vec<QuotaTake>, sqlx::Error> {
-        if asks.iter().all(|ask| ask.windows.len() == 1) {
-            return self.take_one_window_across(asks, regardless).await;
-        }
-        let quotas: Vec<String> = asks.iter().map(|a| a.quota.clone()).collect();
-        let wanted: Vec<i64> = asks.iter().map(|a| a.wanted).collect();
-        let smallest: Vec<i64> = asks.iter().map(|a| a.smallest).collect();
+        let (quotas, wanted, smallest) = (
+            asks.iter().map(|a| a.quota.clone()).collect::<Vec<_>>(),
+            asks.iter().map(|a| a.wanted).collect::<Vec<_>>(),
+            asks.iter().map(|a| a.smallest).collect::<Vec<_>>(),
+        );
         let mut windows = WindowArrays::default();
         for (index, ask) in asks.iter().enumerate() {
             windows.push(index, &ask.windows, ask.share, regardless);
+        }
+        if asks.iter().all(|ask| ask.windows.len() == 1) {
+            // One conditional upsert per quota (`sql/take_one_window.sql` says why).
+            let rows = sqlx::query_file!(
+                "sql/take_one_window.sql",
+                &quotas,
+                &wanted,
+                &windows.periods,
+                &windows.zones as &[Option<String>],
+                &windows.ceilings,
+                &smallest
+            )
+            .fetch_all(self.pool())
+            .await?;
+            let takes = rows.into_iter().map(|row| {
+                let starts = [row.quota_window_start];
+                let ends = [row.quota_window_end];
+                (
+                    clock_reading!(row),
+                    row.taken,
+                    starts,
+                    ends,
+                    [row.count_before],
+                )
+            });
+            return answered(asks, takes);
         }
         let rows = sqlx::query_file!(
             "sql/take_windows.sql",
@@ -171,67 +226,17 @@ impl Store {
         )
         .fetch_all(self.pool())
         .await?;
-        if rows.len() != asks.len() {
-            return Err(sqlx::Error::RowNotFound);
-        }
-        Ok(asks
-            .iter()
-            .zip(rows)
-            .map(|(ask, row)| QuotaTake {
-                clock: clock_reading!(row),
-                taken: row.taken,
-                windows: counted(
-                    &ask.windows,
-                    &row.window_starts,
-                    &row.window_ends,
-                    &row.counts_before,
-                ),
-            })
-            .collect())
-    }
-
-    /// [`Store::take_slots_across`] when every quota has one window: one
-    /// conditional upsert per quota (`sql/take_one_window.sql` says why).
-    async fn take_one_window_across(
-        &self,
-        asks: &[QuotaAsk],
-        regardless: bool,
-    ) -> Result<Vec<QuotaTake>, sqlx::Error> {
-        let mut windows = WindowArrays::default();
-        for (index, ask) in asks.iter().enumerate() {
-            windows.push(index, &ask.windows, ask.share, regardless);
-        }
-        let quotas: Vec<String> = asks.iter().map(|a| a.quota.clone()).collect();
-        let wanted: Vec<i64> = asks.iter().map(|a| a.wanted).collect();
-        let smallest: Vec<i64> = asks.iter().map(|a| a.smallest).collect();
-        let rows = sqlx::query_file!(
-            "sql/take_one_window.sql",
-            &quotas,
-            &wanted,
-            &windows.periods,
-            &windows.zones as &[Option<String>],
-            &windows.ceilings,
-            &smallest
-        )
-        .fetch_all(self.pool())
-        .await?;
-        if rows.len() != asks.len() {
-            return Err(sqlx::Error::RowNotFound);
-        }
-        Ok(asks
-            .iter()
-            .zip(rows)
-            .map(|(ask, row)| QuotaTake {
-                clock: clock_reading!(row),
-                taken: row.taken,
-                windows: counted(
-                    &ask.windows,
-                    &[row.quota_window_start],
-                    &[row.quota_window_end],
-                    &[row.count_before],
-                ),
-            })
-            .collect())
+        let takes = rows.into_iter().map(|row| {
+            let clock = clock_reading!(row);
+            (
+                clock,
+                row.taken,
+                row.window_starts,
+                row.window_ends,
+                row.counts_before,
+            )
+        });
+        answered(asks, takes)
     }
 
     /// Takes `least(k, what is left)` of every window of `quota` for a flow

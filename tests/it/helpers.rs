@@ -342,14 +342,7 @@ pub async fn pin_clock_at(pool: &PgPool, seconds: f64) -> PgPool {
     .fetch_one(pool)
     .await
     .unwrap();
-    let db = database_name(pool).await;
-    sqlx::query(&format!(
-        r#"ALTER DATABASE "{db}" SET quota_arbiter.clock_offset = '{offset}'"#
-    ))
-    .execute(pool)
-    .await
-    .unwrap();
-    pool_of(pool, 16).await
+    offset_clock(pool, &offset).await
 }
 
 /// Moves this database's clock to `at` (an RFC 3339 instant; time keeps
@@ -360,6 +353,12 @@ pub async fn pin_clock_to(pool: &PgPool, at: &str) -> PgPool {
         .fetch_one(pool)
         .await
         .unwrap();
+    offset_clock(pool, &offset).await
+}
+
+/// Moves this database's clock by `offset` (an interval), for new
+/// connections: a pool of them.
+async fn offset_clock(pool: &PgPool, offset: &str) -> PgPool {
     let db = database_name(pool).await;
     sqlx::query(&format!(
         r#"ALTER DATABASE "{db}" SET quota_arbiter.clock_offset = '{offset}'"#

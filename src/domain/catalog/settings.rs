@@ -44,10 +44,7 @@ impl QuotaSettings {
 
     /// The `1h` window's ceiling (`hourly_ceiling` in answers and views).
     pub fn hourly_ceiling(&self) -> Option<i64> {
-        self.windows
-            .iter()
-            .find(|w| w.period == Period::HOUR)
-            .map(|w| w.ceiling)
+        crate::domain::window::hourly_ceiling(&self.windows)
     }
 
     /// The checks every quota passes, whichever surface wrote it.
@@ -568,10 +565,7 @@ mod tests {
         settings
             .windows
             .iter()
-            .map(|w| match &w.zone {
-                Some(zone) => format!("{}={}@{zone}", w.period, w.ceiling),
-                None => format!("{}={}", w.period, w.ceiling),
-            })
+            .map(|w| WindowSpec::from(w).to_string())
             .collect()
     }
 
