@@ -1,5 +1,5 @@
 -- A flow's stored settings, locked until the patch that read them commits.
-SELECT quota, mode, priority, enforce_percent, fallback
+SELECT quota, further_quotas, mode, priority, enforce_percent, fallback
 FROM flow
 WHERE name = $1
 FOR UPDATE

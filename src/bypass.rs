@@ -72,14 +72,14 @@ impl BypassDesk {
         if let Some(rule) = &rule {
             // The quota's policy is named; nothing is said of what is left
             // (this path never reads the count, design.md §4).
-            decision = decision.with_ceilings(&rule.quota, rule.flow.priority);
+            decision = decision.with_ceilings(rule.quotas(), rule.flow.priority);
             decision.quota = Some(rule.quota.name.clone());
             decision.mode = Some(rule.flow.mode);
-            self.ledger.spend_after_the_fact(
-                &rule.quota.name,
-                self.clock.spent_at(),
-                request.count,
-            );
+            let spent_at = self.clock.spent_at();
+            for (quota, amount) in rule.quotas().zip(request.amounts(rule)) {
+                self.ledger
+                    .spend_after_the_fact(&quota.name, spent_at, amount);
+            }
         }
         tracing::info!(
             flow = %request.flow,

@@ -86,9 +86,12 @@ pub struct FlowArgs {
     /// observe, enforce or count.
     #[arg(value_parser = parse_mode)]
     pub mode: Option<Mode>,
-    /// The quota the flow spends (required to create it).
-    #[arg(long)]
-    pub quota: Option<QuotaName>,
+    /// The quota the flow spends (required to create it); repeat it for a
+    /// flow that spends several in each call, all or nothing
+    /// (`--quota llm-requests --quota llm-tokens`): they replace the ones
+    /// it spent.
+    #[arg(long = "quota")]
+    pub quotas: Vec<QuotaName>,
     /// Enforce mode only: defer this share (1-100) of over-ceiling decisions.
     #[arg(long)]
     pub percent: Option<i16>,
@@ -107,7 +110,14 @@ pub struct FlowArgs {
 impl FlowArgs {
     pub fn patch(&self) -> FlowPatch {
         FlowPatch {
-            quota: self.quota.clone().map(QuotaName::into_string).into(),
+            quota: match self.quotas.as_slice() {
+                [one] => Patch::Set(one.to_string()),
+                _ => Patch::Keep,
+            },
+            quotas: match self.quotas.as_slice() {
+                [] | [_] => Patch::Keep,
+                several => Patch::Set(several.iter().map(|q| q.to_string()).collect()),
+            },
             mode: self.mode.into(),
             priority: self.priority.into(),
             enforce_percent: self.percent.into(),

@@ -293,8 +293,18 @@ impl Config {
         for (name, flow) in &self.flows {
             crate::domain::catalog::validate_name(name)
                 .map_err(|why| invalid(&format!("flows.{name}"), why))?;
-            crate::domain::catalog::validate_name(&flow.quota)
-                .map_err(|why| invalid(&format!("flows.{name}.quota"), why))?;
+            let quotas = flow
+                .quotas()
+                .map_err(|why| invalid(&format!("flows.{name}.quotas"), why))?;
+            if quotas.len() > crate::domain::catalog::MAX_FLOW_QUOTAS {
+                return Err(invalid(
+                    &format!("flows.{name}.quotas"),
+                    format!(
+                        "a flow spends at most {} quotas",
+                        crate::domain::catalog::MAX_FLOW_QUOTAS
+                    ),
+                ));
+            }
             if flow.priority.is_some_and(|p| !(1..=9).contains(&p)) {
                 return Err(invalid(
                     &format!("flows.{name}.priority"),

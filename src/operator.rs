@@ -66,7 +66,13 @@ fn print_flow(f: &FlowRow) {
         .map_or_else(|| "-".into(), |p| p.to_string());
     println!(
         "{:<24} {:<16} {:<8} {:>8} {:>8} {}",
-        f.name, f.quota, f.mode, f.priority, percent, f.fallback
+        f.name,
+        // Several quotas, spent together in each call: `requests+tokens`.
+        f.quotas.join("+"),
+        f.mode,
+        f.priority,
+        percent,
+        f.fallback
     );
 }
 

@@ -85,7 +85,7 @@ impl Reservations {
                 ))
             }
             Handling::Count(rule) => {
-                self.count_after_the_fact(with_rule(&rule), &rule, request.count)
+                self.count_after_the_fact(with_rule(&rule), &rule, &request.amounts(&rule))
             }
             Handling::Observe(rule) => self.observe(with_rule(&rule), &rule, request).await,
             Handling::Enforce(rule) => self.enforce(with_rule(&rule), &rule, request).await?,
@@ -93,14 +93,18 @@ impl Reservations {
         Ok(self.record(decision, request.deadline.is_some(), true))
     }
 
+    /// Count mode: `amounts` of `rule`'s quotas (in its order) spent after
+    /// the fact, never throttled.
     pub(crate) fn count_after_the_fact(
         &self,
         mut decision: Decision,
         rule: &Rule,
-        count: i64,
+        amounts: &[i64],
     ) -> Decision {
         decision.outcome = Outcome::Unthrottled;
-        decision.window_start = self.spend_after_the_fact(&rule.quota.name, count);
+        for (quota, &amount) in rule.quotas().zip(amounts) {
+            decision.window_start = self.spend_after_the_fact(&quota.name, amount);
+        }
         decision.hour_start = decision.window_start;
         decision
     }
@@ -146,7 +150,7 @@ impl Reservations {
         // before it writes anything (design.md §3.3).
         let reservation = self.reserve_enforced(rule, request).await?;
         let clock = reservation.clock;
-        let decision = decision.counted_in(&reservation.windows, reservation.spent, &clock);
+        let decision = decision.counted_across(&reservation.quotas(), &clock);
         let decision = match (reservation.spent, reservation.refusal) {
             (Some(_), _) => {
                 let mut decision = decision;
@@ -181,9 +185,8 @@ impl Reservations {
         rule: &Rule,
         request: &SlotRequest,
     ) -> Result<crate::store::Reservation, StoreError> {
-        let reserved = self
-            .coalescer
-            .reserve(rule, request.count, request.deadline);
+        let amounts = request.amounts(rule);
+        let reserved = self.coalescer.reserve(rule, &amounts, request.deadline);
         self.shell.run(Operation::Reserve, reserved).await
     }
 
@@ -226,7 +229,7 @@ async fn give_back_unheard(store: Store, quota: String, unused: Result<Take, Sto
 /// priority may reach (the answer's policy): what every path decides from.
 pub(crate) fn with_rule(rule: &Rule) -> Decision {
     let mut decision = Decision::new(Outcome::Granted, &rule.flow.name)
-        .with_ceilings(&rule.quota, rule.flow.priority);
+        .with_ceilings(rule.quotas(), rule.flow.priority);
     decision.quota = Some(rule.quota.name.clone());
     decision.mode = Some(rule.flow.mode);
     decision

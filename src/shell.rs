@@ -483,6 +483,7 @@ mod tests {
             spent: Some(1),
             refusal: None,
             lease: None,
+            further: Vec::new(),
         }
     }
 

@@ -29,6 +29,7 @@ pub async fn declare(
     if let Some(mode) = mode {
         let flow = FlowSettings {
             quota: quota_arbiter::domain::QuotaName::parse(name).map_err(anyhow::Error::msg)?,
+            further_quotas: Vec::new(),
             mode,
             priority: DEFAULT_PRIORITY,
             enforce_percent: None,

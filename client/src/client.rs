@@ -234,9 +234,11 @@ impl Client {
     /// answer says so ([`ReportAnswer::local`]). A lease is then not
     /// released: it expires on its own.
     /// Settles a grant of an estimate ([`Reserve::spend`]) to what the call
-    /// actually spent of `quota`: what was over-estimated goes back to the
-    /// quota's windows still open, what was under-estimated is counted
-    /// without refusal. Once, within the arbiter's `settle_within`.
+    /// actually spent of `quota` (its other quotas: as estimated): what was
+    /// over-estimated goes back to the quota's windows still open, what was
+    /// under-estimated is counted without refusal. Once, within the
+    /// arbiter's `settle_within`; [`Settled::of`] tells what it did to
+    /// `quota`.
     #[tracing::instrument(skip_all)]
     pub async fn settle(
         &self,

@@ -83,9 +83,11 @@ impl Reserve {
         }
     }
 
-    /// An estimate of what the call spends of `quota` (the flow's), instead
-    /// of a count: a grant carries a [`Decision::reservation_id`] to settle
-    /// it to the actual once the call is over ([`crate::Client::settle`]).
+    /// An estimate of what the call spends of `quota`, one of the flow's
+    /// (call it for each quota estimated; a quota of the flow not named is
+    /// spent [`Reserve::count`]): a grant carries a
+    /// [`Decision::reservation_id`] to settle it to the actual once the call
+    /// is over ([`crate::Client::settle`]).
     pub fn spend(mut self, quota: impl Into<String>, estimate: u64) -> Self {
         self.spend
             .get_or_insert_with(Default::default)

@@ -86,10 +86,14 @@ impl Report {
     }
 }
 
-/// What a settlement came to (`POST /v1/settle`).
+/// What a settlement came to (`POST /v1/settle`): of the flow's first
+/// quota, and of each quota the reservation spent in [`Settled::quotas`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[non_exhaustive]
 pub struct Settled {
+    /// The flow's first quota (the one answers name).
+    #[serde(default)]
+    pub quota: String,
     /// The slots the reservation took.
     pub estimated: i64,
     /// What is counted now.
@@ -98,6 +102,16 @@ pub struct Settled {
     pub given_back: i64,
     /// Taken past the estimate, without refusal.
     pub overspent: i64,
+    /// Every quota the reservation spent, the flow's first first.
+    #[serde(default)]
+    pub quotas: Vec<Settled>,
+}
+
+impl Settled {
+    /// What the settlement did to `quota`, one the reservation spent.
+    pub fn of(&self, quota: &str) -> Option<&Settled> {
+        self.quotas.iter().find(|q| q.quota == quota)
+    }
 }
 
 /// The arbiter's answer to a report.

@@ -14,7 +14,7 @@ mod settings;
 
 pub use settings::{
     Fallback, FlowBody, FlowPatch, FlowPatchError, FlowSettings, QuotaLimits, QuotaPatch,
-    QuotaSettings, DEFAULT_PRIORITY,
+    QuotaSettings, DEFAULT_PRIORITY, MAX_FLOW_QUOTAS,
 };
 
 pub use crate::domain::input::{name as validate_name, MAX_NAME_LEN};
@@ -131,18 +131,38 @@ impl QuotaRule {
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowRule {
     pub name: String,
+    /// The quota its answers name.
     pub quota: String,
+    /// The quotas it spends besides, in order (design.md §12): a call
+    /// spends every one of them and `quota`, or none.
+    pub further_quotas: Vec<String>,
     pub mode: Mode,
     pub priority: i16,
     /// Enforce mode: the share (1-100) of over-ceiling decisions actually deferred.
     pub enforce_percent: i16,
 }
 
-/// A flow together with the quota it spends, as a decision needs them.
+/// A flow together with the quotas it spends, as a decision needs them.
 #[derive(Clone, Debug)]
 pub struct Rule {
     pub flow: FlowRule,
+    /// The quota its answers name.
     pub quota: QuotaRule,
+    /// The flow's further quotas, in order (empty: it spends one quota).
+    pub further: Vec<QuotaRule>,
+}
+
+impl Rule {
+    /// Every quota the flow spends: its own, then the further ones.
+    pub fn quotas(&self) -> impl Iterator<Item = &QuotaRule> {
+        std::iter::once(&self.quota).chain(&self.further)
+    }
+
+    /// Whether a call spends several quotas: then one statement decides
+    /// them together (design.md §12).
+    pub(crate) fn spends_several(&self) -> bool {
+        !self.further.is_empty()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -179,9 +199,15 @@ impl Snapshot {
     pub fn rule(&self, flow: &str) -> Option<Rule> {
         let flow = self.flows.get(flow)?;
         let quota = self.quotas.get(&flow.quota)?;
+        let further = flow
+            .further_quotas
+            .iter()
+            .map(|name| self.quotas.get(name).cloned())
+            .collect::<Option<Vec<_>>>()?;
         Some(Rule {
             flow: flow.clone(),
             quota: quota.clone(),
+            further,
         })
     }
 
@@ -208,11 +234,23 @@ impl Snapshot {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowSeed {
-    pub quota: String,
+    /// The quota it spends; or `quotas`, every one in each call.
+    #[serde(default)]
+    pub quota: Option<String>,
+    #[serde(default)]
+    pub quotas: Option<Vec<String>>,
     pub mode: Option<Mode>,
     pub priority: Option<i16>,
     /// Seeds a new flow only, like `mode`; omitted: `off`.
     pub fallback: Option<Fallback>,
+}
+
+impl FlowSeed {
+    /// The quotas it spends, checked as the API checks a flow's: its own
+    /// first.
+    pub fn quotas(&self) -> Result<Vec<crate::domain::QuotaName>, String> {
+        settings::quotas_named(self.quota.clone(), self.quotas.clone())
+    }
 }
 
 /// How a decision about a flow is handled, by the replica's catalog: the one
@@ -312,6 +350,7 @@ mod tests {
         let flow = |name: &str, mode| FlowRule {
             name: name.into(),
             quota: "ppf".into(),
+            further_quotas: Vec::new(),
             mode,
             priority: 2,
             enforce_percent: 100,

@@ -5,7 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::domain::catalog::{Mode, QuotaRule};
+use std::collections::BTreeMap;
+
+use crate::domain::catalog::{Mode, QuotaRule, Rule};
 use crate::domain::ratelimit_fields::whole_seconds;
 use crate::domain::window::{Period, Reopening, WindowCount};
 use crate::domain::{ClockReading, FlowName};
@@ -29,6 +31,9 @@ pub struct SlotRequest {
     /// `count` is an estimate to settle to the actual (`POST /v1/settle`):
     /// a grant answers a `reservation_id`.
     pub settle: bool,
+    /// What the call spends of the quotas it names (`spend`); a quota of the
+    /// flow it does not name is spent `count` (design.md §12).
+    pub spend: BTreeMap<String, i64>,
 }
 
 impl SlotRequest {
@@ -52,22 +57,39 @@ impl SlotRequest {
             deadline,
             reference,
             settle: false,
+            spend: BTreeMap::new(),
         })
     }
 
-    /// A reservation of an estimate, `spend` slots (up to [`MAX_SPEND`]), to
-    /// be settled to the actual.
+    /// What the call spends of `quota`: its `spend`, else `count`.
+    pub fn amount_of(&self, quota: &str) -> i64 {
+        self.spend.get(quota).copied().unwrap_or(self.count)
+    }
+
+    /// What the call spends of each quota of `rule`, in the rule's order.
+    pub fn amounts(&self, rule: &Rule) -> Vec<i64> {
+        rule.quotas().map(|q| self.amount_of(&q.name)).collect()
+    }
+
+    /// A reservation of an estimate, to be settled to the actual: `spend`
+    /// names what it spends of some of the flow's quotas (each up to
+    /// [`MAX_SPEND`]), `count` what it spends of each other one. A flow of
+    /// one quota spends `spend`'s amount for it as its `count`.
     pub fn estimate(
         flow: String,
-        spend: i64,
+        count: Option<i64>,
+        spend: BTreeMap<String, i64>,
         deadline: Option<DateTime<Utc>>,
         reference: Option<String>,
     ) -> Result<Self, String> {
-        if !(1..=MAX_SPEND).contains(&spend) {
+        if spend
+            .values()
+            .any(|amount| !(1..=MAX_SPEND).contains(amount))
+        {
             return Err(format!("`spend` must be between 1 and {MAX_SPEND}"));
         }
-        let mut request = Self::new(flow, Some(1), deadline, reference)?;
-        request.count = spend;
+        let mut request = Self::new(flow, count, deadline, reference)?;
+        request.spend = spend;
         request.settle = true;
         Ok(request)
     }
@@ -141,8 +163,9 @@ pub struct WindowState {
     pub left: Option<i64>,
 }
 
-/// A reservation's quota in the terms of the RateLimit fields: one policy
-/// per window, in the order of the quota's windows (shortest first).
+/// A reservation's quotas in the terms of the RateLimit fields: one policy
+/// per window, quota by quota in the flow's order, each quota's windows
+/// shortest first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuotaLimit {
     pub windows: Vec<WindowLimit>,
@@ -152,6 +175,8 @@ pub struct QuotaLimit {
 /// decision left of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowLimit {
+    /// The quota the window is of.
+    pub quota: String,
     /// The policy's name: the quota's for its hour (as before windows
     /// stacked), `quota-period` for any other window (`ppf-1d`).
     pub name: String,
@@ -293,23 +318,29 @@ impl Decision {
     }
 
     /// Names the ceilings the flow's priority may reach in each window of
-    /// `quota`: the answer's policies.
-    pub(crate) fn with_ceilings(mut self, quota: &QuotaRule, priority: i16) -> Self {
-        let windows = quota
-            .windows
-            .iter()
-            .zip(quota.ceilings_for(priority))
-            .map(|(window, ceiling)| WindowLimit {
-                name: if window.period == Period::HOUR {
-                    quota.name.clone()
-                } else {
-                    window.policy_name(&quota.name)
-                },
-                ceiling,
-                seconds: window.period.nominal_seconds(),
-                left: None,
-            })
-            .collect();
+    /// `quotas` (the flow's, in its order): the answer's policies.
+    pub(crate) fn with_ceilings<'a>(
+        mut self,
+        quotas: impl IntoIterator<Item = &'a QuotaRule>,
+        priority: i16,
+    ) -> Self {
+        let mut windows = Vec::new();
+        for quota in quotas {
+            let ceilings = quota.ceilings_for(priority);
+            windows.extend(quota.windows.iter().zip(ceilings).map(|(window, ceiling)| {
+                WindowLimit {
+                    quota: quota.name.clone(),
+                    name: if window.period == Period::HOUR {
+                        quota.name.clone()
+                    } else {
+                        window.policy_name(&quota.name)
+                    },
+                    ceiling,
+                    seconds: window.period.nominal_seconds(),
+                    left: None,
+                }
+            }));
+        }
         self.quota_limit = Some(QuotaLimit { windows });
         self
     }
@@ -321,22 +352,37 @@ impl Decision {
     /// shortest window), its `windows`, and what is left of each policy.
     /// `clock` is the database clock the take read.
     pub fn counted_in(
-        mut self,
+        self,
         windows: &[WindowCount],
         spent: Option<i64>,
         clock: &ClockReading,
     ) -> Self {
+        self.counted_across(&[(windows, spent)], clock)
+    }
+
+    /// [`Decision::counted_in`] for a call that spent several quotas: each
+    /// quota's windows as the take found them and what was spent in them,
+    /// in the flow's order of quotas. The answer's `window_start` is its
+    /// first quota's.
+    pub fn counted_across(
+        mut self,
+        quotas: &[(&[WindowCount], Option<i64>)],
+        clock: &ClockReading,
+    ) -> Self {
         self.hour_start = Some(clock.window_start);
-        let primary = crate::domain::window::primary(windows.iter().map(|w| w.period));
+        let first = quotas.first().map_or(&[][..], |(windows, _)| *windows);
+        let primary = crate::domain::window::primary(first.iter().map(|w| w.period));
         self.window_start = primary
-            .and_then(|i| windows.get(i))
+            .and_then(|i| first.get(i))
             .map_or(Some(clock.window_start), |w| Some(w.window_start));
         let Some(limit) = &mut self.quota_limit else {
             return self;
         };
-        let quota = self.quota.clone().unwrap_or_default();
-        let mut states = Vec::with_capacity(windows.len());
-        for (policy, window) in limit.windows.iter_mut().zip(windows) {
+        let counted = quotas
+            .iter()
+            .flat_map(|(windows, spent)| windows.iter().map(move |w| (w, *spent)));
+        let mut states = Vec::with_capacity(limit.windows.len());
+        for (policy, (window, spent)) in limit.windows.iter_mut().zip(counted) {
             let left = spent.map(|spent| (policy.ceiling - window.count_before - spent).max(0));
             let to_end = (window.window_end - clock.db_now).num_milliseconds() as f64 / 1e3;
             policy.left = left.and_then(|left| {
@@ -346,7 +392,7 @@ impl Decision {
                 })
             });
             states.push(WindowState {
-                quota: quota.clone(),
+                quota: policy.quota.clone(),
                 period: window.period.to_string(),
                 window_start: window.window_start,
                 ends_at: window.window_end,
@@ -457,7 +503,7 @@ mod tests {
     fn a_counted_grant_leaves_each_window_its_ceiling_less_its_count_until_it_ends() {
         let clock = clock();
         let granted = Decision::new(Outcome::Granted, "f")
-            .with_ceilings(&stacked(), 1)
+            .with_ceilings([&stacked()], 1)
             .counted_in(&counts(&clock), Some(3), &clock);
         let limit = granted.quota_limit.clone().unwrap();
         let lefts: Vec<(String, Option<SlotsLeft>)> = limit
@@ -491,14 +537,14 @@ mod tests {
         assert_eq!(granted.window_start, Some(clock.window_start), "the hour's");
         assert_eq!(granted.hour_start, Some(clock.window_start));
         let past = Decision::new(Outcome::Granted, "f")
-            .with_ceilings(&stacked(), 1)
+            .with_ceilings([&stacked()], 1)
             .counted_in(&counts(&clock), Some(12), &clock);
         assert_eq!(left(&past).unwrap().slots, 0);
         let unknown =
             Decision::new(Outcome::Granted, "f").counted_in(&counts(&clock), Some(3), &clock);
         assert_eq!(unknown.quota_limit, None, "no ceiling named, nothing said");
         let uncounted = Decision::new(Outcome::Granted, "f")
-            .with_ceilings(&stacked(), 1)
+            .with_ceilings([&stacked()], 1)
             .counted_in(&counts(&clock), None, &clock);
         assert_eq!(left(&uncounted), None, "no count backs it: nothing said");
         assert_eq!(uncounted.windows.unwrap()[0].left, None);
@@ -507,7 +553,7 @@ mod tests {
     #[test]
     fn a_deferral_waits_whole_seconds_rounded_up_and_leaves_nothing_till_then() {
         let now = Utc::now();
-        let decision = Decision::new(Outcome::Granted, "f").with_ceilings(&stacked(), 1);
+        let decision = Decision::new(Outcome::Granted, "f").with_ceilings([&stacked()], 1);
         let deferred = decision.deferred_until(now + Duration::milliseconds(2_300), now);
         assert_eq!(deferred.outcome, Outcome::Deferred);
         assert_eq!(deferred.retry_after_seconds, Some(3));
@@ -611,7 +657,7 @@ mod tests {
             at: clock.db_now + Duration::milliseconds(20_500),
         };
         let deferred = Decision::new(Outcome::Granted, "f")
-            .with_ceilings(&stacked(), 1)
+            .with_ceilings([&stacked()], 1)
             .deferred(&Deferral::budget(minute), clock.db_now);
         assert_eq!(deferred.retry_at, Some(minute.at));
         assert_eq!(deferred.retry_after_seconds, Some(21));

@@ -204,11 +204,9 @@ pub mod schema {
             .into()
     }
 
-    /// A schema that holds when one of `alternatives` does (each a plain
-    /// schema as JSON, with a `type`: utoipa's untagged `Schema` reads back
-    /// neither `anyOf` nor a schema without one, and writes `const` as `enum`).
-    /// Amounts by quota name (`{"llm-tokens": 3500}`): one quota, each
-    /// amount within `min..=max`; `null` or absent where `nullable`.
+    /// Amounts by quota name (`{"llm-tokens": 3500}`): up to a flow's
+    /// quotas, each amount within `min..=max`; `null` or absent where
+    /// `nullable`.
     pub(crate) fn amounts(min: i64, max: i64, nullable: bool) -> Schema {
         let types = if nullable {
             SchemaType::from_iter([Type::Object, Type::Null])
@@ -226,20 +224,35 @@ pub mod schema {
             .schema_type(types)
             .additional_properties(Some(amount))
             .min_properties(Some(usize::from(nullable)))
-            .max_properties(Some(1))
+            .max_properties(Some(crate::domain::catalog::MAX_FLOW_QUOTAS))
             .into()
     }
 
-    /// `spend` on a reservation: the flow's quota, 1 to 10^9.
+    /// `quotas` on a flow: 1 to 8 distinct names, or absent.
+    pub(crate) fn quotas() -> Schema {
+        let items: RefOr<Schema> = name().into();
+        ArrayBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+            .items(items)
+            .min_items(Some(1))
+            .max_items(Some(crate::domain::catalog::MAX_FLOW_QUOTAS))
+            .unique_items(true)
+            .into()
+    }
+
+    /// `spend` on a reservation: the flow's quotas, 1 to 10^9 each.
     pub(crate) fn spend() -> Schema {
         amounts(1, crate::domain::decision::MAX_SPEND, true)
     }
 
-    /// `spent` on a settlement: the reservation's quota, 0 to 10^9.
+    /// `spent` on a settlement: the reservation's quotas, 0 to 10^9 each.
     pub(crate) fn spent() -> Schema {
         amounts(0, crate::domain::decision::MAX_SPEND, false)
     }
 
+    /// A schema that holds when one of `alternatives` does (each a plain
+    /// schema as JSON, with a `type`: utoipa's untagged `Schema` reads back
+    /// neither `anyOf` nor a schema without one, and writes `const` as `enum`).
     pub(crate) fn any_of(alternatives: impl IntoIterator<Item = serde_json::Value>) -> Schema {
         alternatives
             .into_iter()

@@ -12,8 +12,8 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::reserve::{drawn_on, quota_fields, unanswered_fields, ReserveBody};
 use super::AppState;
-use crate::domain::catalog::MAX_NAME_LEN;
-use crate::domain::decision::{Decision, MAX_COUNT, MAX_REF_LEN};
+use crate::domain::catalog::{MAX_FLOW_QUOTAS, MAX_NAME_LEN};
+use crate::domain::decision::{Decision, MAX_COUNT, MAX_REF_LEN, MAX_SPEND};
 use crate::reservations::MAX_BATCH_ITEMS;
 
 /// The body of the largest batch the route accepts, so that the documented
@@ -32,14 +32,23 @@ const ESCAPED_REF_CHAR_BYTES: usize = "\\ud83d\\ude00".len();
 /// The longest RFC 3339 time: nanoseconds and an offset.
 const MAX_DEADLINE_BYTES: usize = "0000-00-00T00:00:00.000000000+00:00".len();
 /// Pretty-printing: a line break and up to 8 spaces of indentation on each
-/// of an item's 6 lines (braces and 4 fields), and a space after each colon.
-const PRETTY_ITEM_BYTES: usize = 6 * ("\n".len() + 8) + 4;
-const MAX_BATCH_ITEM_BYTES: usize = r#"{"ref":"","flow":"","count":,"deadline":""}"#.len()
-    + MAX_REF_LEN * ESCAPED_REF_CHAR_BYTES
+/// of an item's 8 lines (braces and 6 fields), and a space after each colon.
+const PRETTY_ITEM_BYTES: usize = 8 * ("\n".len() + 8) + 6;
+const MAX_BATCH_ITEM_BYTES: usize =
+    r#"{"ref":"","flow":"","count":,"deadline":"","settle":false,"spend":{}}"#.len()
+        + MAX_REF_LEN * ESCAPED_REF_CHAR_BYTES
+        + MAX_NAME_LEN * ESCAPED_CHAR_BYTES
+        + decimal_digits(MAX_COUNT)
+        + MAX_DEADLINE_BYTES
+        + MAX_FLOW_QUOTAS * MAX_SPEND_BYTES
+        + PRETTY_ITEM_BYTES;
+/// One quota's amount in `spend`: its name escaped, a colon, a space and the
+/// largest amount, a comma, on a line of its own indented up to 12 spaces.
+const MAX_SPEND_BYTES: usize = r#""": ,"#.len()
     + MAX_NAME_LEN * ESCAPED_CHAR_BYTES
-    + decimal_digits(MAX_COUNT)
-    + MAX_DEADLINE_BYTES
-    + PRETTY_ITEM_BYTES;
+    + decimal_digits(MAX_SPEND)
+    + "\n".len()
+    + 12;
 /// `{"items": […]}` on its own lines.
 const BATCH_ENVELOPE_BYTES: usize = r#"{"items":[]}"#.len() + 3 * ("\n".len() + 8) + 1;
 

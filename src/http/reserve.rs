@@ -38,18 +38,19 @@ pub(crate) struct ReserveBody {
     /// it to the actual (`POST /v1/settle`).
     #[serde(default)]
     pub(crate) settle: Option<bool>,
-    /// An estimate of what the call spends of the flow's quota, by quota
-    /// name (`{"llm-tokens": 3500}`, up to 10^9): reserved like `count`, and
-    /// to be settled to the actual; instead of `count`.
+    /// An estimate of what the call spends of the flow's quotas, by quota
+    /// name (`{"llm-tokens": 3500}`, up to 10^9 each): reserved like
+    /// `count`, and to be settled to the actual. A quota of the flow it
+    /// does not name is spent `count`.
     #[serde(default)]
     #[schema(schema_with = crate::domain::input::schema::spend)]
     pub(crate) spend: Option<std::collections::BTreeMap<String, i64>>,
 }
 
 impl ReserveBody {
-    /// The request this body asks, checked; `spend` names the quota the
-    /// flow spends, read from the catalog (an unknown flow's is not
-    /// checked: it is never throttled).
+    /// The request this body asks, checked; `spend` names quotas the flow
+    /// spends, read from the catalog (an unknown flow's are not checked: it
+    /// is never throttled).
     pub(crate) fn request(self, state: &AppState) -> Result<SlotRequest, String> {
         let Some(spend) = self.spend else {
             let mut request =
@@ -57,29 +58,49 @@ impl ReserveBody {
             request.settle = self.settle.unwrap_or(false);
             return Ok(request);
         };
-        if self.count.is_some() {
-            return Err("give `count` or `spend`, not both".into());
-        }
         if self.settle == Some(false) {
             return Err("`spend` is an estimate to settle: `settle` cannot be false".into());
         }
-        let mut named = spend.into_iter();
-        let (Some((quota, amount)), None) = (named.next(), named.next()) else {
-            return Err("`spend` names one quota: the flow's".into());
-        };
-        let spends = state
+        if spend.is_empty() {
+            return Err("`spend` names at least one quota the flow spends".into());
+        }
+        let rule = state
             .catalog
             .snapshot()
-            .and_then(|snapshot| snapshot.rule(&self.flow))
-            .map(|rule| rule.quota.name);
-        if let Some(spends) = spends.filter(|spends| *spends != quota) {
-            return Err(format!(
-                "`spend` names `{quota}`, which flow `{}` does not spend (it spends `{spends}`)",
-                self.flow
-            ));
+            .and_then(|snapshot| snapshot.rule(&self.flow));
+        if let Some(rule) = rule {
+            spend_checked(&rule, &spend, self.count.is_some())?;
         }
-        SlotRequest::estimate(self.flow, amount, self.deadline, self.reference)
+        SlotRequest::estimate(self.flow, self.count, spend, self.deadline, self.reference)
     }
+}
+
+/// `spend` names only quotas `rule`'s flow spends; `count` (`counted`)
+/// only goes with a `spend` that leaves one of them unnamed.
+pub(crate) fn spend_checked(
+    rule: &crate::domain::catalog::Rule,
+    spend: &std::collections::BTreeMap<String, i64>,
+    counted: bool,
+) -> Result<(), String> {
+    let spends = || {
+        let names: Vec<String> = rule.quotas().map(|q| format!("`{}`", q.name)).collect();
+        names.join(", ")
+    };
+    if let Some(other) = spend.keys().find(|q| !rule.quotas().any(|r| r.name == **q)) {
+        return Err(format!(
+            "`spend` names `{other}`, which flow `{}` does not spend (it spends {})",
+            rule.flow.name,
+            spends()
+        ));
+    }
+    if counted && rule.quotas().all(|q| spend.contains_key(&q.name)) {
+        return Err(format!(
+            "give `count` or `spend`, not both: `spend` names every quota flow `{}` spends ({})",
+            rule.flow.name,
+            spends()
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn router() -> OpenApiRouter<AppState> {
@@ -158,7 +179,7 @@ pub(super) fn unanswered_fields<'a>(
         .filter_map(|flow| snapshot.rule(flow))
         .filter_map(|rule| {
             let named = Decision::new(Outcome::Granted, &rule.flow.name)
-                .with_ceilings(&rule.quota, rule.flow.priority);
+                .with_ceilings(rule.quotas(), rule.flow.priority);
             Some((rule.quota.name.clone(), named.quota_limit?))
         })
         .collect();

@@ -22,21 +22,33 @@ pub(crate) struct SettleBody {
     #[serde(deserialize_with = "crate::domain::input::exact_id::required")]
     #[schema(schema_with = crate::domain::input::exact_id::required_input_schema)]
     pub(crate) reservation_id: i64,
-    /// What the call actually spent of the reservation's quota, by quota
-    /// name (`{"llm-tokens": 2310}`); left out: spent as estimated.
+    /// What the call actually spent of the reservation's quotas, by quota
+    /// name (`{"llm-tokens": 2310}`); a quota left out: spent as estimated.
     #[serde(default)]
     #[schema(schema_with = crate::domain::input::schema::spent)]
     pub(crate) spent: BTreeMap<String, i64>,
 }
 
-/// A settlement.
+/// A settlement: of the flow's own quota (the one answers name), and of
+/// every quota the reservation spent in `quotas`.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct SettleAnswer {
     #[schema(value_type = String)]
     #[serde(serialize_with = "crate::domain::input::exact_id::string")]
     pub(crate) reservation_id: i64,
-    pub(crate) quota: String,
     pub(crate) flow: String,
+    #[serde(flatten)]
+    pub(crate) own: SettledQuota,
+    /// Every quota the reservation spent, the flow's own first.
+    pub(crate) quotas: Vec<SettledQuota>,
+    /// The windows still open that changed, with their counts after.
+    pub(crate) windows: Vec<SettledWindowAnswer>,
+}
+
+/// What a settlement did to one quota.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub(crate) struct SettledQuota {
+    pub(crate) quota: String,
     /// The slots the reservation took.
     pub(crate) estimated: i64,
     /// The slots it spent: what is counted now.
@@ -45,12 +57,11 @@ pub(crate) struct SettleAnswer {
     pub(crate) given_back: i64,
     /// Slots taken past the estimate, without a ceiling; tallied `overspent`.
     pub(crate) overspent: i64,
-    /// The windows still open that changed, with their counts after.
-    pub(crate) windows: Vec<SettledWindowAnswer>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct SettledWindowAnswer {
+    pub(crate) quota: String,
     pub(crate) period: String,
     pub(crate) count: i64,
 }
@@ -81,34 +92,25 @@ pub(crate) async fn settle(
     caller: Caller,
     ApiJson(body): ApiJson<SettleBody>,
 ) -> Result<Json<SettleAnswer>, ApiError> {
-    let mut spent = body.spent.into_iter();
-    let named = spent.next();
-    if spent.next().is_some() {
-        return Err(ApiError::Invalid(
-            "`spent` names one quota: the reservation's".into(),
-        ));
-    }
-    if let Some((_, n)) = &named {
-        if !(0..=crate::domain::decision::MAX_SPEND).contains(n) {
-            return Err(ApiError::Invalid(format!(
-                "`spent` must be between 0 and {}",
-                crate::domain::decision::MAX_SPEND
-            )));
-        }
+    if body
+        .spent
+        .values()
+        .any(|n| !(0..=crate::domain::decision::MAX_SPEND).contains(n))
+    {
+        return Err(ApiError::Invalid(format!(
+            "`spent` must be between 0 and {}",
+            crate::domain::decision::MAX_SPEND
+        )));
     }
     let settler = match &caller.0 {
         None => Settler::Anyone,
         Some(principal) if principal.role == Role::Admin => Settler::Admin,
         Some(principal) => principal.key_id.map_or(Settler::Anyone, Settler::Key),
     };
-    let (quota, actual) = (
-        named.as_ref().map(|(q, _)| q.as_str()),
-        named.as_ref().map(|(_, n)| *n),
-    );
     let id = body.reservation_id;
     let settled = state
         .reservations
-        .settle(id, quota, actual, settler)
+        .settle(id, &body.spent, settler)
         .await
         .map_err(|error| match error {
             SettleError::NotFound(_) => ApiError::NotFound(error.to_string()),
@@ -119,19 +121,31 @@ pub(crate) async fn settle(
             SettleError::Invalid(why) => ApiError::Invalid(why),
             SettleError::Store(error) => error.into(),
         })?;
-    let delta = settled.spent - settled.estimated;
+    let quotas: Vec<SettledQuota> = settled
+        .quotas
+        .into_iter()
+        .map(|(quota, estimated, spent)| SettledQuota {
+            quota,
+            estimated,
+            spent,
+            given_back: (estimated - spent).max(0),
+            overspent: (spent - estimated).max(0),
+        })
+        .collect();
+    let own = quotas
+        .first()
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound(format!("no reservation {id} to settle")))?;
     Ok(Json(SettleAnswer {
         reservation_id: id,
-        quota: settled.quota,
         flow: settled.flow,
-        estimated: settled.estimated,
-        spent: settled.spent,
-        given_back: (-delta).max(0),
-        overspent: delta.max(0),
+        own,
+        quotas,
         windows: settled
             .windows
             .into_iter()
             .map(|w| SettledWindowAnswer {
+                quota: w.quota,
                 period: w.period,
                 count: w.count,
             })

@@ -108,7 +108,8 @@ impl Reservations {
             decisions[i] = Some(bypass.grant(&requests[i]));
         }
         for (i, rule) in sorted.counted {
-            let decision = self.count_after_the_fact(with_rule(&rule), &rule, requests[i].count);
+            let decision =
+                self.count_after_the_fact(with_rule(&rule), &rule, &requests[i].amounts(&rule));
             settled.push((i, decision));
         }
         for (i, decision) in settled {

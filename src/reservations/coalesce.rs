@@ -28,7 +28,7 @@ use crate::domain::window::{self, Period, Reopening, WindowCount};
 use crate::shell::gather::{fail_all, Gather, Reply};
 use crate::store::{
     LabelledLease, Lease, PacedAsks, PacedGiveBack, PacedTake, QuotaAsk, QuotaTake, Reservation,
-    Store,
+    SeveralAsk, Store,
 };
 use crate::store::{StoreError, StoreUnavailable};
 
@@ -45,6 +45,10 @@ struct Waiter {
     quota: QuotaRule,
     /// When it joined, among every decision of this replica.
     arrival: u64,
+    /// A call that spends several quotas (design.md §12): every quota of
+    /// its flow, in order, with what it spends there and the share of each
+    /// window its priority may reach; empty for a call of one quota.
+    several: Vec<(QuotaRule, i64, Option<i16>)>,
     reply: Reply<Reservation>,
 }
 
@@ -57,15 +61,17 @@ enum Enforcement {
 }
 
 /// Which statement decides a queue's groups, whatever quotas they ask of:
-/// one that takes window slots only, or one that also takes cadence tokens
-/// and in-flight places.
+/// one that takes window slots only, one that also takes cadence tokens
+/// and in-flight places, or one that decides calls spending several quotas
+/// each, every one all or nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Kind {
     BudgetOnly,
     Paced,
+    Several,
 }
 
-/// Four queues, by kind of statement and mode; each group goes across
+/// Six queues, by kind of statement and mode; each group goes across
 /// quotas.
 type Queues = Gather<(Kind, Enforcement), (), Waiter>;
 
@@ -85,32 +91,39 @@ impl Coalescer {
         }
     }
 
-    /// Reserves `slots` of `rule`'s quota (with its tokens and an in-flight
-    /// place, if the quota has them) together with whoever else is asking now.
+    /// Reserves `amounts` of `rule`'s quotas (in its order; with a quota's
+    /// tokens and an in-flight place, if it has them) together with whoever
+    /// else is asking now.
     pub(crate) async fn reserve(
         &self,
         rule: &Rule,
-        slots: i64,
+        amounts: &[i64],
         deadline: Option<DateTime<Utc>>,
     ) -> Result<Reservation, StoreError> {
         let priority = rule.flow.priority;
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let ask = Ask {
-            slots,
+            slots: amounts.first().copied().unwrap_or(1),
             ceiling: i64::MAX,
             needs_place: rule.quota.max_in_flight.is_some(),
             rank: Rank::new(deadline, priority, arrival),
         };
-        self.join(rule, Enforcement::Enforce, ask, arrival).await
+        self.join(rule, Enforcement::Enforce, ask, amounts, arrival)
+            .await
     }
 
-    /// Spends `slots` of `rule`'s quota regardless, together with whoever
-    /// else is observing it now; the refusal says what enforcement would have
-    /// done. Observed decisions take no in-flight place.
-    pub(crate) async fn observe(&self, rule: &Rule, slots: i64) -> Result<Reservation, StoreError> {
+    /// Spends `amounts` of `rule`'s quotas regardless, together with
+    /// whoever else is observing now; the refusal says what enforcement
+    /// would have done. Observed decisions take no in-flight place.
+    pub(crate) async fn observe(
+        &self,
+        rule: &Rule,
+        amounts: &[i64],
+    ) -> Result<Reservation, StoreError> {
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
-        let ask = Ask::observed(slots, i64::MAX);
-        self.join(rule, Enforcement::Observe, ask, arrival).await
+        let ask = Ask::observed(amounts.first().copied().unwrap_or(1), i64::MAX);
+        self.join(rule, Enforcement::Observe, ask, amounts, arrival)
+            .await
     }
 
     async fn join(
@@ -118,23 +131,38 @@ impl Coalescer {
         rule: &Rule,
         mode: Enforcement,
         ask: Ask,
+        amounts: &[i64],
         arrival: u64,
     ) -> Result<Reservation, StoreError> {
+        let priority = rule.flow.priority;
+        let several = if rule.spends_several() {
+            let quotas = rule.quotas().zip(amounts);
+            let spend = |(quota, &amount): (&QuotaRule, &i64)| {
+                (quota.clone(), amount, quota.share_for(priority))
+            };
+            quotas.map(spend).collect()
+        } else {
+            Vec::new()
+        };
         let waiter = |reply| Waiter {
             ask,
-            share: rule.quota.share_for(rule.flow.priority),
+            share: rule.quota.share_for(priority),
             flow: rule.flow.name.clone(),
             quota: rule.quota.clone(),
             arrival,
+            several,
             reply,
         };
         // Observed decisions take no in-flight place: only a cadence makes
-        // theirs a paced statement.
+        // theirs a paced statement. A call of several quotas is decided by
+        // their windows (the catalog keeps paced quotas out of such flows).
         let budget_only = match mode {
             Enforcement::Enforce => rule.quota.decided_by_window_alone(),
             Enforcement::Observe => rule.quota.cadence.is_none(),
         };
-        let kind = if budget_only {
+        let kind = if rule.spends_several() {
+            Kind::Several
+        } else if budget_only {
             Kind::BudgetOnly
         } else {
             Kind::Paced
@@ -152,6 +180,12 @@ impl Coalescer {
                 (Kind::Paced, Enforcement::Enforce) => self.decide_paced(&mut group).await,
                 (Kind::BudgetOnly, Enforcement::Observe) => self.observe_across(&mut group).await,
                 (Kind::Paced, Enforcement::Observe) => self.observe_paced(&mut group).await,
+                (Kind::Several, Enforcement::Enforce) => {
+                    self.decide_several(&mut group, false).await
+                }
+                (Kind::Several, Enforcement::Observe) => {
+                    self.decide_several(&mut group, true).await
+                }
             };
             if let Err(error) = decided {
                 // The group's statement failed: every waiter not answered yet
@@ -201,6 +235,7 @@ impl Coalescer {
                     spent: Some(spent),
                     refusal,
                     lease: None,
+                    further: Vec::new(),
                 }));
             }
         }
@@ -328,6 +363,7 @@ impl Coalescer {
                         spent: None,
                         refusal: Some(Deferral::by(limit, &outlook, spent + waiter.ask.slots)),
                         lease: None,
+                        further: Vec::new(),
                     })
                 }
                 // Its place is still leased to another flow of the group:
@@ -342,6 +378,7 @@ impl Coalescer {
                     spent: sharing.counts_after[i],
                     refusal: None,
                     lease,
+                    further: Vec::new(),
                 }),
             };
             let granted = matches!(answer, Ok(Reservation { refusal: None, .. }));
@@ -395,6 +432,7 @@ impl Coalescer {
                     spent: (take.taken > 0).then_some(spent),
                     refusal,
                     lease: None,
+                    further: Vec::new(),
                 }));
             }
         }
@@ -404,6 +442,66 @@ impl Coalescer {
     /// Whether everything went back; if not, it stays counted as spent (an
     /// over-count, never an under-count) and the places stay leased until
     /// their leases expire.
+    /// Calls that spend several quotas each, whatever their quotas (design.md
+    /// §12): one statement decides them in rationing order (observed ones:
+    /// in arrival order, spent regardless), each all or nothing across
+    /// every window of every quota it spends, first fit. A grant whose
+    /// caller stopped waiting is given back to each quota.
+    async fn decide_several(
+        &self,
+        group: &mut Vec<Waiter>,
+        observe: bool,
+    ) -> Result<(), sqlx::Error> {
+        if !observe {
+            group.sort_by_key(|w| w.ask.rank);
+        }
+        let calls: Vec<SeveralAsk<'_>> = group
+            .iter()
+            .map(|waiter| SeveralAsk {
+                quotas: waiter
+                    .several
+                    .iter()
+                    .map(|(quota, amount, share)| (quota, *amount, *share))
+                    .collect(),
+            })
+            .collect();
+        let takes = self.store.take_several(&calls, observe).await?;
+        for (waiter, take) in group.drain(..).zip(takes) {
+            let refusal = (!take.fits).then(|| {
+                let refusing = waiter.several.iter().zip(&take.windows).filter_map(
+                    |((_, amount, share), windows)| window::refusing(windows, *share, 0, *amount),
+                );
+                let first = take.windows.first().map_or(&[][..], Vec::as_slice);
+                Deferral::budget(
+                    refusing
+                        .max_by_key(|reopening| reopening.at)
+                        .unwrap_or_else(|| fullest(first, take.clock.window_end)),
+                )
+            });
+            let mut quotas = take
+                .windows
+                .iter()
+                .zip(&waiter.several)
+                .map(|(windows, (_, amount, _))| (windows.clone(), take.spent.then_some(*amount)));
+            let (windows, spent) = quotas.next().unwrap_or_default();
+            let answer = Reservation {
+                clock: take.clock,
+                windows,
+                spent,
+                refusal,
+                lease: None,
+                further: quotas.collect(),
+            };
+            if waiter.reply.send(Ok(answer)).is_err() && take.spent && !observe {
+                // The caller stopped waiting: nobody emits.
+                for ((quota, amount, _), windows) in waiter.several.iter().zip(&take.windows) {
+                    self.give_back(&quota.name, windows, *amount).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn give_back_paced(
         &self,
         quota: &QuotaRule,
@@ -620,6 +718,7 @@ fn reservation(
         spent,
         refusal,
         lease: None,
+        further: Vec::new(),
     }
 }
 

@@ -24,11 +24,7 @@ impl Reservations {
     ) -> Decision {
         match self.spend_observed(rule, request).await {
             Some(reservation) => {
-                decision = decision.counted_in(
-                    &reservation.windows,
-                    reservation.spent,
-                    &reservation.clock,
-                );
+                decision = decision.counted_across(&reservation.quotas(), &reservation.clock);
                 decision.would_defer = reservation.refusal.is_some();
                 decision.limit = reservation.refusal.map(|r| r.limit);
                 decision.period = reservation
@@ -52,7 +48,9 @@ impl Reservations {
     async fn spend_observed(&self, rule: &Rule, request: &SlotRequest) -> Option<Reservation> {
         let (ledger, clock) = (self.ledger.clone(), self.clock.clone());
         let (quota, flow) = (rule.quota.name.clone(), rule.flow.name.clone());
-        let (slots, had_deadline) = (request.count, request.deadline.is_some());
+        let quotas: Vec<String> = rule.quotas().map(|q| q.name.clone()).collect();
+        let (amounts, had_deadline) = (request.amounts(rule), request.deadline.is_some());
+        let spent = amounts.clone();
         let settle = move |unused: Result<Reservation, StoreError>| {
             match unused {
                 Ok(reservation) => {
@@ -65,13 +63,15 @@ impl Reservations {
                     tracing::warn!(%error, quota, "observed decision without the store; counting after the fact");
                     // A failure is settled just before the caller answers,
                     // at this instant (a late one: just after).
-                    ledger.spend_after_the_fact(&quota, clock.spent_at(), slots);
+                    for (quota, &amount) in quotas.iter().zip(&spent) {
+                        ledger.spend_after_the_fact(quota, clock.spent_at(), amount);
+                    }
                 }
             }
             std::future::ready(())
         };
         let (coalescer, owned) = (self.coalescer.clone(), rule.clone());
-        let observed = async move { coalescer.observe(&owned, slots).await };
+        let observed = async move { coalescer.observe(&owned, &amounts).await };
         let spent = self
             .shell
             .run_detached(Operation::Reserve, observed, settle);

@@ -8,7 +8,9 @@
 use super::Reservations;
 use crate::domain::decision::{Decision, Outcome, SlotRequest};
 use crate::shell::Operation;
-use crate::store::{OpenReservation, SettledWindow, Settlement, StoreError};
+use std::collections::BTreeMap;
+
+use crate::store::{OpenReservation, ReservedQuota, SettledWindow, Settlement, StoreError};
 
 /// Who settles: anyone without keys, an admin, or the key that reserved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,10 +40,10 @@ pub(crate) enum SettleError {
 /// A settlement, as answered.
 #[derive(Clone, Debug)]
 pub(crate) struct Settled {
-    pub quota: String,
     pub flow: String,
-    pub estimated: i64,
-    pub spent: i64,
+    /// Each quota the reservation spent, the flow's own first: what was
+    /// estimated and what was spent.
+    pub quotas: Vec<(String, i64, i64)>,
     /// The windows still open it changed, with their counts after.
     pub windows: Vec<SettledWindow>,
 }
@@ -65,14 +67,24 @@ impl Reservations {
         if !request.settle || windows.iter().any(|w| w.left.is_none()) {
             return;
         }
+        // The answer's windows, quota by quota in the flow's order.
+        let mut quotas: Vec<ReservedQuota> = Vec::new();
+        for window in windows {
+            if quotas.last().is_none_or(|q| q.quota != window.quota) {
+                quotas.push(ReservedQuota {
+                    quota: window.quota.clone(),
+                    estimated: request.amount_of(&window.quota),
+                    windows: Vec::new(),
+                });
+            }
+            if let Some(last) = quotas.last_mut() {
+                last.windows
+                    .push((window.period.clone(), window.window_start, window.ends_at));
+            }
+        }
         let open = OpenReservation {
-            quota: quota.clone(),
             flow: decision.flow.clone(),
-            estimated: request.count,
-            windows: windows
-                .iter()
-                .map(|w| (w.period.clone(), w.window_start, w.ends_at))
-                .collect(),
+            quotas,
             key_id,
         };
         let recorded = self.store.open_reservation(&open);
@@ -84,13 +96,12 @@ impl Reservations {
         }
     }
 
-    /// Settles reservation `id` at `spent` of `quota` (`None`: as
-    /// estimated), if `settler` may.
+    /// Settles reservation `id` at what `spent` names of its quotas (a
+    /// quota it does not name: as estimated), if `settler` may.
     pub(crate) async fn settle(
         &self,
         id: i64,
-        quota: Option<&str>,
-        spent: Option<i64>,
+        spent: &BTreeMap<String, i64>,
         settler: Settler,
     ) -> Result<Settled, SettleError> {
         let rule = |locked: &crate::store::LockedReservation| {
@@ -108,13 +119,23 @@ impl Reservations {
             if locked.expired {
                 return Err(SettleError::TooLate(id));
             }
-            if let Some(named) = quota.filter(|named| *named != reservation.quota) {
+            let spent_quota = |named: &String| reservation.quotas.iter().any(|q| q.quota == *named);
+            if let Some(named) = spent.keys().find(|named| !spent_quota(named)) {
+                let quotas: Vec<String> = reservation
+                    .quotas
+                    .iter()
+                    .map(|q| format!("`{}`", q.quota))
+                    .collect();
                 return Err(SettleError::Invalid(format!(
-                    "`spent` names `{named}`; reservation {id} spent quota `{}`",
-                    reservation.quota
+                    "`spent` names `{named}`; reservation {id} spent {}",
+                    quotas.join(", ")
                 )));
             }
-            Ok(spent.unwrap_or(reservation.estimated))
+            Ok(reservation
+                .quotas
+                .iter()
+                .map(|q| spent.get(&q.quota).copied().unwrap_or(q.estimated))
+                .collect())
         };
         let settling = self.store.settle_reservation(id, rule, self.settle_within);
         match self.shell.run(Operation::Settle, settling).await? {
@@ -125,10 +146,13 @@ impl Reservations {
                 spent,
                 windows,
             } => Ok(Settled {
-                quota: reservation.quota,
                 flow: reservation.flow,
-                estimated: reservation.estimated,
-                spent,
+                quotas: reservation
+                    .quotas
+                    .into_iter()
+                    .zip(spent)
+                    .map(|(q, spent)| (q.quota, q.estimated, spent))
+                    .collect(),
                 windows,
             }),
         }

@@ -76,7 +76,10 @@ pub struct QuotaRow {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct FlowRow {
     pub name: String,
+    /// The quota its answers name: the first of `quotas`.
     pub quota: String,
+    /// Every quota it spends in each call, all or nothing (design.md §12).
+    pub quotas: Vec<String>,
     #[schema(value_type = Mode)]
     pub mode: String,
     pub priority: i16,
@@ -277,6 +280,11 @@ impl Store {
             .await?
             .map(|row| FlowSettings {
                 quota: QuotaName::of_row(row.quota),
+                further_quotas: row
+                    .further_quotas
+                    .into_iter()
+                    .map(QuotaName::of_row)
+                    .collect(),
                 // The table's CHECK admits only modes this build knows.
                 mode: row.mode.parse().unwrap_or(Mode::Observe),
                 priority: row.priority,
@@ -396,6 +404,18 @@ async fn write_quota(
     name: &str,
     s: &QuotaSettings,
 ) -> Result<(), CatalogError> {
+    if s.rate.is_some() || s.max_in_flight.is_some() {
+        let flows = sqlx::query_file_scalar!("sql/flows_spending_with_others.sql", name)
+            .fetch_all(&mut **tx)
+            .await?;
+        if !flows.is_empty() {
+            return Err(CatalogError::Invalid(format!(
+                "quota `{name}` is spent with other quotas in one call by flow(s) {}: \
+                 such a quota has windows only (no `rate`, `burst` or `max_in_flight`)",
+                flows.join(", ")
+            )));
+        }
+    }
     let zones: Vec<String> = s.windows.iter().filter_map(|w| w.zone.clone()).collect();
     if !zones.is_empty() {
         let unknown = sqlx::query_file_scalar!("sql/unknown_zones.sql", &zones)
@@ -449,30 +469,50 @@ async fn write_flow(
     settings: &FlowSettings,
     create_quota: Option<i64>,
 ) -> Result<FlowRow, CatalogError> {
-    let quota = settings.quota.as_str();
-    if let Some(ceiling) = create_quota {
-        sqlx::query_file!("sql/ensure_quota.sql", quota, ceiling)
-            .execute(&mut **tx)
+    for quota in settings.quotas().map(QuotaName::as_str) {
+        if let Some(ceiling) = create_quota {
+            sqlx::query_file!("sql/ensure_quota.sql", quota, ceiling)
+                .execute(&mut **tx)
+                .await?;
+        }
+        let exists = sqlx::query_file_scalar!("sql/lock_quota_key.sql", quota)
+            .fetch_optional(&mut **tx)
             .await?;
+        if exists.is_none() {
+            return Err(CatalogError::Invalid(format!(
+                "no quota `{quota}`: create it first, or ask for it to be created \
+                 (\"create_quota\": true, or --create-quota)"
+            )));
+        }
     }
-    let exists = sqlx::query_file_scalar!("sql/lock_quota_key.sql", quota)
-        .fetch_optional(&mut **tx)
-        .await?;
-    if exists.is_none() {
-        return Err(CatalogError::Invalid(format!(
-            "no quota `{quota}`: create it first, or ask for it to be created \
-             (\"create_quota\": true, or --create-quota)"
-        )));
+    let further: Vec<String> = settings
+        .further_quotas
+        .iter()
+        .map(|q| q.as_str().to_string())
+        .collect();
+    if !further.is_empty() {
+        let every: Vec<String> = settings.quotas().map(|q| q.as_str().to_string()).collect();
+        let paced = sqlx::query_file_scalar!("sql/paced_quotas_among.sql", &every)
+            .fetch_all(&mut **tx)
+            .await?;
+        if !paced.is_empty() {
+            return Err(CatalogError::Invalid(format!(
+                "a flow that spends several quotas in one call is decided by their windows \
+                 alone; quota(s) {} have a cadence or in-flight places",
+                paced.join(", ")
+            )));
+        }
     }
     Ok(sqlx::query_file_as!(
         FlowRow,
         "sql/put_flow.sql",
         name,
-        quota,
+        settings.quota.as_str(),
         settings.mode.as_str(),
         settings.priority,
         settings.enforce_percent,
-        settings.fallback.as_str()
+        settings.fallback.as_str(),
+        &further
     )
     .fetch_one(&mut **tx)
     .await?)

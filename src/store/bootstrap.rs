@@ -62,6 +62,7 @@ pub const FUNCTIONS: &[SqlObject] = &[
     sql_object!("functions", "catalog_actor"),
     sql_object!("functions", "audit_catalog_change"),
     sql_object!("functions", "normalize_enforce_percent"),
+    sql_object!("functions", "check_flow_quotas"),
     sql_object!("functions", "sync_quota_limits"),
     sql_object!("functions", "quota_hour_to_window"),
     sql_object!("functions", "window_to_quota_hour"),
@@ -69,6 +70,7 @@ pub const FUNCTIONS: &[SqlObject] = &[
     sql_object!("functions", "admit_callers"),
     sql_object!("functions", "take_windows"),
     sql_object!("functions", "take_paced_across"),
+    sql_object!("functions", "take_linked"),
     sql_object!("functions", "enqueue_work"),
 ];
 
@@ -99,6 +101,8 @@ const OBJECTS_REVISIONS: &[&str] = &[
     // take_windows(), take_paced_across() over every window of a quota,
     // quota_period's triggers, the views per window.
     "40eda1624ba375046ee870f05ce256041c836752cf60450492073be596583797",
+    // Several quotas per call: take_linked(), check_flow_quotas().
+    "6fd5309309414f4813e49fa6ad8f50eed991fef079127ff7384e113cfe78f4c9",
 ];
 
 /// The revision of the functions and views this build carries: a migrate
@@ -345,18 +349,26 @@ pub async fn seed_catalog(
         }
     }
     for (name, seed) in flows {
-        sqlx::query_file!("sql/ensure_quota.sql", seed.quota, default_ceiling)
-            .execute(pool)
-            .await?;
+        // The config's load checked every seed (naming key and source).
+        let Ok(quotas) = seed.quotas() else {
+            continue;
+        };
+        let quotas: Vec<String> = quotas.into_iter().map(|q| q.into_string()).collect();
+        for quota in &quotas {
+            sqlx::query_file!("sql/ensure_quota.sql", quota, default_ceiling)
+                .execute(pool)
+                .await?;
+        }
         let mode = seed.mode.map(|m| m.as_str());
         let fallback = seed.fallback.map(|f| f.as_str());
         let stored = sqlx::query_file_scalar!(
             "sql/seed_flow.sql",
             name,
-            seed.quota,
+            quotas[0],
             mode,
             seed.priority,
-            fallback
+            fallback,
+            &quotas[1..]
         )
         .fetch_one(pool)
         .await?;

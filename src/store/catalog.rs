@@ -81,6 +81,7 @@ impl Store {
                     mode: f.mode.parse().ok()?,
                     name: f.name,
                     quota: f.quota,
+                    further_quotas: f.further_quotas,
                     priority: f.priority,
                     enforce_percent: f.enforce_percent.unwrap_or(100),
                 })

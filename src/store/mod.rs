@@ -23,6 +23,7 @@ mod leases;
 mod paced;
 mod reach;
 mod settlements;
+mod several;
 mod slots;
 mod stream;
 pub mod work;
@@ -38,7 +39,8 @@ pub use leases::{AdaptedCadence, Lease, LeaseRelease, LeaseScope, ReleasedLease}
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reach::{unreachable, StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 pub(crate) use settlements::Settlement;
-pub use settlements::{LockedReservation, OpenReservation, SettledWindow};
+pub use settlements::{LockedReservation, OpenReservation, ReservedQuota, SettledWindow};
+pub(crate) use several::SeveralAsk;
 pub use slots::{QuotaAsk, QuotaTake, Take};
 pub use stream::QuotaShare;
 pub use work::{NewWork, WorkItem};
@@ -77,6 +79,20 @@ pub(crate) struct Reservation {
     pub refusal: Option<Deferral>,
     /// The concurrency lease a grant holds (quotas with `max_in_flight`).
     pub lease: Option<Lease>,
+    /// A call that spends several quotas (design.md §12): each further
+    /// quota's windows as the take found them and what it spent there, in
+    /// the flow's order.
+    pub further: Vec<(Vec<WindowCount>, Option<i64>)>,
+}
+
+impl Reservation {
+    /// Each quota's windows and what was spent there, the flow's own quota
+    /// first: what the answer counts in.
+    pub(crate) fn quotas(&self) -> Vec<(&[WindowCount], Option<i64>)> {
+        std::iter::once((self.windows.as_slice(), self.spent))
+            .chain(self.further.iter().map(|(w, s)| (w.as_slice(), *s)))
+            .collect()
+    }
 }
 
 impl Store {

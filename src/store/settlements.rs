@@ -1,7 +1,7 @@
 //! Estimates settled to the actual (design.md §12): a reservation made to be
-//! settled is recorded with the windows it was taken from; its settlement
-//! gives back what was over-estimated to those still open, or takes what
-//! was under-estimated without a ceiling, once.
+//! settled is recorded with the windows it was taken from, a row per quota
+//! it spent; its settlement gives back what was over-estimated to those
+//! still open, or takes what was under-estimated without a ceiling, once.
 
 use std::time::Duration;
 
@@ -12,14 +12,21 @@ use super::Store;
 /// A reservation to settle, as recorded when it was granted.
 #[derive(Clone, Debug)]
 pub struct OpenReservation {
-    pub quota: String,
     pub flow: String,
+    /// Each quota it spent, the flow's own first.
+    pub quotas: Vec<ReservedQuota>,
+    /// The API key that reserved (`None`: no keys, or the admin token).
+    pub key_id: Option<i64>,
+}
+
+/// What a reservation took of one quota.
+#[derive(Clone, Debug)]
+pub struct ReservedQuota {
+    pub quota: String,
     /// The slots taken, as estimated.
     pub estimated: i64,
     /// The windows they were taken from: period, start, end.
     pub windows: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
-    /// The API key that reserved (`None`: no keys, or the admin token).
-    pub key_id: Option<i64>,
 }
 
 /// A recorded reservation as a settlement finds it, locked.
@@ -40,7 +47,8 @@ pub(crate) enum Settlement<E> {
     Refused(E),
     Settled {
         reservation: OpenReservation,
-        spent: i64,
+        /// What was spent of each quota, in the reservation's order.
+        spent: Vec<i64>,
         windows: Vec<SettledWindow>,
     },
 }
@@ -48,8 +56,39 @@ pub(crate) enum Settlement<E> {
 /// A window a settlement changed, and its count after.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SettledWindow {
+    pub quota: String,
     pub period: String,
     pub count: i64,
+}
+
+/// The windows of every quota of a reservation, end to end: window j is of
+/// quota `quota[j]`.
+struct WindowColumns {
+    quota: Vec<String>,
+    period: Vec<String>,
+    start: Vec<DateTime<Utc>>,
+    end: Vec<DateTime<Utc>>,
+}
+
+impl WindowColumns {
+    fn of(quotas: &[ReservedQuota]) -> Self {
+        let windows = quotas
+            .iter()
+            .flat_map(|q| q.windows.iter().map(move |w| (&q.quota, w)));
+        let mut columns = WindowColumns {
+            quota: Vec::new(),
+            period: Vec::new(),
+            start: Vec::new(),
+            end: Vec::new(),
+        };
+        for (quota, (period, start, end)) in windows {
+            columns.quota.push(quota.clone());
+            columns.period.push(period.clone());
+            columns.start.push(*start);
+            columns.end.push(*end);
+        }
+        columns
+    }
 }
 
 impl Store {
@@ -58,43 +97,49 @@ impl Store {
         &self,
         reservation: &OpenReservation,
     ) -> Result<i64, sqlx::Error> {
-        let periods: Vec<String> = reservation.windows.iter().map(|w| w.0.clone()).collect();
-        let starts: Vec<DateTime<Utc>> = reservation.windows.iter().map(|w| w.1).collect();
-        let ends: Vec<DateTime<Utc>> = reservation.windows.iter().map(|w| w.2).collect();
-        sqlx::query_file_scalar!(
+        let quotas: Vec<String> = reservation.quotas.iter().map(|q| q.quota.clone()).collect();
+        let estimated: Vec<i64> = reservation.quotas.iter().map(|q| q.estimated).collect();
+        let windows = WindowColumns::of(&reservation.quotas);
+        let ids = sqlx::query_file_scalar!(
             "sql/reservation_open.sql",
-            reservation.quota,
+            &quotas,
             reservation.flow,
-            reservation.estimated,
-            &periods,
-            &starts,
-            &ends,
+            &estimated,
+            &windows.quota,
+            &windows.period,
+            &windows.start,
+            &windows.end,
             reservation.key_id
         )
-        .fetch_one(self.pool())
-        .await
+        .fetch_all(self.pool())
+        .await?;
+        ids.first().copied().ok_or(sqlx::Error::RowNotFound)
     }
 
-    /// Settles reservation `id` at what `spent` answers of it as locked (or
-    /// not, if it refuses): one transaction, the reservation row locked
-    /// first, then the windows it was taken from that are still open.
+    /// Settles reservation `id` at what `spent` answers of each of its
+    /// quotas as locked (or not, if it refuses): one transaction, the
+    /// reservation's rows locked first, then the windows they were taken
+    /// from that are still open.
     pub(crate) async fn settle_reservation<E>(
         &self,
         id: i64,
-        spent: impl FnOnce(&LockedReservation) -> Result<i64, E>,
+        spent: impl FnOnce(&LockedReservation) -> Result<Vec<i64>, E>,
         settle_within: Duration,
     ) -> Result<Settlement<E>, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
-        let row = sqlx::query_file!("sql/reservation_lock.sql", id, settle_within.as_secs_f64())
-            .fetch_optional(&mut *tx)
+        let rows = sqlx::query_file!("sql/reservation_lock.sql", id, settle_within.as_secs_f64())
+            .fetch_all(&mut *tx)
             .await?;
-        let Some(row) = row else {
+        let Some(first) = rows.first() else {
             return Ok(Settlement::NotFound);
         };
-        let locked = LockedReservation {
-            reservation: OpenReservation {
+        let (flow, key_id) = (first.flow.clone(), first.key_id);
+        let settled = rows.iter().any(|row| row.settled_at.is_some());
+        let expired = first.expired;
+        let quotas = rows
+            .into_iter()
+            .map(|row| ReservedQuota {
                 quota: row.quota,
-                flow: row.flow,
                 estimated: row.estimated,
                 windows: row
                     .periods
@@ -103,38 +148,55 @@ impl Store {
                     .zip(row.window_ends)
                     .map(|((period, start), end)| (period, start, end))
                     .collect(),
-                key_id: row.key_id,
+            })
+            .collect();
+        let locked = LockedReservation {
+            reservation: OpenReservation {
+                flow,
+                quotas,
+                key_id,
             },
-            settled: row.settled_at.is_some(),
-            expired: row.expired,
+            settled,
+            expired,
         };
         let actual = match spent(&locked) {
             Ok(actual) => actual,
             Err(refused) => return Ok(Settlement::Refused(refused)),
         };
         let r = &locked.reservation;
-        let periods: Vec<String> = r.windows.iter().map(|w| w.0.clone()).collect();
-        let starts: Vec<DateTime<Utc>> = r.windows.iter().map(|w| w.1).collect();
-        let ends: Vec<DateTime<Utc>> = r.windows.iter().map(|w| w.2).collect();
+        let names: Vec<String> = r.quotas.iter().map(|q| q.quota.clone()).collect();
+        let more: Vec<i64> = r
+            .quotas
+            .iter()
+            .zip(&actual)
+            .map(|(q, spent)| spent - q.estimated)
+            .collect();
+        let windows = WindowColumns::of(&r.quotas);
         let adjusted = sqlx::query_file!(
             "sql/reservation_settle.sql",
             id,
-            r.quota,
             r.flow,
-            actual,
-            actual - r.estimated,
-            &periods,
-            &starts,
-            &ends
+            &names,
+            &actual,
+            &more,
+            &windows.quota,
+            &windows.period,
+            &windows.start,
+            &windows.end
         )
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
         let windows = adjusted
-            .periods
+            .quotas
             .into_iter()
+            .zip(adjusted.periods)
             .zip(adjusted.counts)
-            .map(|(period, count)| SettledWindow { period, count })
+            .map(|((quota, period), count)| SettledWindow {
+                quota,
+                period,
+                count,
+            })
             .collect();
         Ok(Settlement::Settled {
             reservation: locked.reservation,

@@ -278,9 +278,9 @@ impl WorkRegistry {
                 // A count-mode flow (or one the catalog has since moved):
                 // spent without a reservation, counted after the fact.
                 (ClaimLane::Unthrottled, Some(rule)) => {
-                    let decision = self
-                        .reservations
-                        .count_after_the_fact(with_rule(rule), rule, 1);
+                    let decision =
+                        self.reservations
+                            .count_after_the_fact(with_rule(rule), rule, &[1]);
                     self.reservations.record(decision, had_deadline, true)
                 }
                 _ => self.reservations.record(
@@ -471,6 +471,7 @@ fn one_slot_of(item: &WorkItem) -> SlotRequest {
         deadline: item.deadline,
         reference: item.reference.clone(),
         settle: false,
+        spend: Default::default(),
     }
 }
 

@@ -269,7 +269,8 @@ async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
         config.flows.insert(
             flow.into(),
             FlowSeed {
-                quota: "api".into(),
+                quota: Some("api".into()),
+                quotas: None,
                 mode: None,
                 priority: None,
                 fallback,
@@ -344,25 +345,43 @@ async fn degraded_slots_reported_count_in_the_current_window(pool: PgPool) {
     assert_eq!(current_count(&pool, "api").await, 10);
 }
 
-/// The worker's cycle for a cost known after the call: acquire an estimate,
-/// emit, settle what was billed; the quota's windows count the actual.
+/// An LLM worker's cycle, a cost known after the call: acquire the prompt's
+/// tokens plus `max_tokens` and a request, emit, settle the tokens billed;
+/// the windows count the actual, the request as estimated.
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_worker_acquires_an_estimate_and_settles_what_was_billed(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
     create_flow(&pool, "llm-tokens", 10_000, "chat", "enforce").await;
+    sqlx::raw_sql(
+        "INSERT INTO quota (name, hourly_ceiling) VALUES ('llm-requests', 100);
+         UPDATE flow SET quota = 'llm-requests', further_quotas = '{llm-tokens}' WHERE name = 'chat';",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     let replica = Replica::spawn(&database_url(&pool, &postgres_host_port()).await).await;
     let client = quick_client(&replica.base);
+    let (prompt_tokens, max_tokens) = (1500, 2000);
     let decision = client
-        .acquire(Reserve::new("chat").spend("llm-tokens", 3500))
+        .acquire(Reserve::new("chat").spend("llm-tokens", prompt_tokens + max_tokens))
         .await
         .unwrap();
     assert_eq!(current_count(&pool, "llm-tokens").await, 3500);
+    assert_eq!(current_count(&pool, "llm-requests").await, 1);
     let id = decision
         .reservation_id()
         .expect("an estimate to settle")
         .clone();
+    // The provider billed 2310 tokens (`usage.total_tokens`).
     let settled = client.settle(&id, "llm-tokens", 2310).await.unwrap();
-    assert_eq!((settled.given_back, settled.overspent), (1190, 0));
+    let tokens = settled.of("llm-tokens").expect("the tokens settled");
+    assert_eq!((tokens.given_back, tokens.overspent), (1190, 0));
+    assert_eq!(
+        (settled.quota.as_str(), settled.spent),
+        ("llm-requests", 1),
+        "the request as estimated"
+    );
     assert_eq!(current_count(&pool, "llm-tokens").await, 2310);
+    assert_eq!(current_count(&pool, "llm-requests").await, 1);
     assert!(client.settle(&id, "llm-tokens", 1).await.is_err(), "once");
 }

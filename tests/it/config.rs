@@ -35,7 +35,7 @@ fn env_overrides_file_overrides_defaults() {
             "file wins over defaults"
         );
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080", "default");
-        assert_eq!(config.flows["invoice"].quota, "ppf");
+        assert_eq!(config.flows["invoice"].quota.as_deref(), Some("ppf"));
         let printed = format!("{config:?}");
         assert!(
             !printed.contains("hunter2"),

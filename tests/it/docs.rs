@@ -208,7 +208,8 @@ fn configuration_keys() -> BTreeMap<String, Option<Value>> {
         flows: [(
             "NAME".to_string(),
             FlowSeed {
-                quota: "q".into(),
+                quota: Some("q".into()),
+                quotas: None,
                 mode: None,
                 priority: None,
                 fallback: None,

@@ -30,6 +30,7 @@ mod reserve;
 mod rules;
 mod schema;
 mod settle;
+mod several;
 mod shell_worker;
 mod shutdown;
 mod stacked;

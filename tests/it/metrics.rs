@@ -123,6 +123,7 @@ fn flow(name: &str, mode: Mode) -> FlowRule {
     FlowRule {
         name: name.into(),
         quota: "ppf".into(),
+        further_quotas: Vec::new(),
         mode,
         priority: 2,
         enforce_percent: 100,

@@ -325,7 +325,7 @@ fn the_example_configuration_files_load() {
         );
         let config = Config::load().expect("quota-arbiter.example.toml loads");
         assert_eq!(config.quotas["ppf"].hourly_ceiling, Some(1000));
-        assert_eq!(config.flows["invoice"].quota, "ppf");
+        assert_eq!(config.flows["invoice"].quota.as_deref(), Some("ppf"));
         Ok(())
     });
     let env_example = std::fs::read_to_string(root.join(".env.example")).unwrap();

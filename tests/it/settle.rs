@@ -154,7 +154,10 @@ async fn a_late_settlement_is_refused_and_closed_windows_never_change(pool: PgPo
     .json()
     .await
     .unwrap();
-    assert_eq!(answer["windows"], json!([{"period": "1d", "count": 600}]));
+    assert_eq!(
+        answer["windows"],
+        json!([{"quota": "llm-tokens", "period": "1d", "count": 600}])
+    );
     let minute: i64 = sqlx::query_scalar(
         "SELECT count FROM quota_window WHERE quota = 'llm-tokens' AND period = '1m'",
     )

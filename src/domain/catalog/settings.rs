@@ -269,7 +269,10 @@ impl std::str::FromStr for Fallback {
 /// A flow's settings as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowSettings {
+    /// The quota its answers name.
     pub quota: QuotaName,
+    /// The quotas it spends besides, in order (design.md §12).
+    pub further_quotas: Vec<QuotaName>,
     pub mode: Mode,
     pub priority: i16,
     /// `None`: the whole over-ceiling share is deferred (100 %).
@@ -281,6 +284,16 @@ impl FlowSettings {
     /// The checks every flow passes, whichever surface wrote it. A percent
     /// only means something in enforce mode, and 100 is stored as "all".
     pub(crate) fn validated(mut self) -> Result<Self, String> {
+        if self.further_quotas.len() + 1 > MAX_FLOW_QUOTAS {
+            return Err(format!(
+                "a flow spends at most {MAX_FLOW_QUOTAS} quotas in one call"
+            ));
+        }
+        let mut named: Vec<&str> = self.quotas().map(QuotaName::as_str).collect();
+        named.sort_unstable();
+        if let Some(twice) = named.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(format!("`quotas` names `{}` twice", twice[0]));
+        }
         if !(1..=9).contains(&self.priority) {
             return Err("`priority` must be between 1 and 9".into());
         }
@@ -302,14 +315,60 @@ impl FlowSettings {
     }
 }
 
+impl FlowSettings {
+    /// A flow of these settings that spends `quotas` (the first is the one
+    /// its answers name).
+    fn spending(mut self, mut quotas: Vec<QuotaName>) -> Result<Self, String> {
+        if quotas.is_empty() {
+            return Err("`quotas` names at least one quota".into());
+        }
+        self.quota = quotas.remove(0);
+        self.further_quotas = quotas;
+        Ok(self)
+    }
+
+    /// Every quota the flow spends, its own first.
+    pub fn quotas(&self) -> impl Iterator<Item = &QuotaName> {
+        std::iter::once(&self.quota).chain(&self.further_quotas)
+    }
+}
+
+/// How many quotas one flow may spend in a call (the table's CHECK allows
+/// seven further ones).
+pub const MAX_FLOW_QUOTAS: usize = 8;
+
+/// What a flow's body says it spends: one `quota`, or several `quotas`.
+pub(crate) fn quotas_named(
+    quota: Option<String>,
+    quotas: Option<Vec<String>>,
+) -> Result<Vec<QuotaName>, String> {
+    match (quota, quotas) {
+        (Some(_), Some(_)) => Err("give `quota` or `quotas`, not both".into()),
+        (Some(quota), None) => Ok(vec![quota_named(quota)?]),
+        (None, Some(quotas)) => quotas
+            .into_iter()
+            .map(|q| QuotaName::parse(q).map_err(|why| format!("`quotas` {why}")))
+            .collect(),
+        (None, None) => Err("name the quota the flow spends (`quota`, or `quotas`)".into()),
+    }
+}
+
 /// A whole flow, as `PUT /v1/flows/{name}` declares it: a new or replaced
 /// flow observes unless `mode` says otherwise.
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FlowBody {
-    /// The quota the flow spends; it must exist unless `create_quota` is true.
-    #[schema(schema_with = crate::domain::input::schema::name)]
-    pub quota: String,
+    /// The quota the flow spends; it must exist unless `create_quota` is
+    /// true. Give it or `quotas`.
+    #[serde(default)]
+    #[schema(schema_with = crate::domain::input::schema::optional_name)]
+    pub quota: Option<String>,
+    /// The quotas the flow spends, every one in each call, all or nothing
+    /// (design.md §12); the first is the one answers name. Instead of
+    /// `quota`; each must exist.
+    #[serde(default)]
+    #[schema(schema_with = crate::domain::input::schema::quotas)]
+    pub quotas: Option<Vec<String>>,
     /// Default `observe`.
     pub mode: Option<Mode>,
     /// 1 (most important) to 9; default 2.
@@ -330,13 +389,16 @@ pub struct FlowBody {
 
 impl FlowBody {
     pub fn settings(self) -> Result<FlowSettings, String> {
+        let quotas = quotas_named(self.quota, self.quotas)?;
         FlowSettings {
-            quota: quota_named(self.quota)?,
+            quota: quotas[0].clone(),
+            further_quotas: Vec::new(),
             mode: self.mode.unwrap_or(Mode::Observe),
             priority: self.priority.unwrap_or(DEFAULT_PRIORITY),
             enforce_percent: self.enforce_percent,
             fallback: self.fallback.unwrap_or_default(),
         }
+        .spending(quotas)?
         .validated()
     }
 }
@@ -352,10 +414,16 @@ fn quota_named(quota: String) -> Result<QuotaName, String> {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FlowPatch {
-    /// Required to create the flow; it must exist unless `create_quota` is true.
+    /// The one quota the flow spends from now on (or `quotas`); required
+    /// to create the flow; it must exist unless `create_quota` is true.
     #[serde(default)]
     #[schema(schema_with = crate::domain::input::schema::name)]
     pub quota: Patch<String>,
+    /// The quotas the flow spends from now on, every one in each call
+    /// (or `quota`).
+    #[serde(default)]
+    #[schema(schema_with = crate::domain::input::schema::quotas)]
+    pub quotas: Patch<Vec<String>>,
     /// `null`: back to `observe`.
     #[serde(default)]
     #[schema(value_type = Option<Mode>, nullable)]
@@ -389,10 +457,26 @@ impl FlowPatch {
         self,
         current: Option<FlowSettings>,
     ) -> Result<FlowSettings, FlowPatchError> {
-        let current = match (current, &self.quota) {
+        let quotas = match (self.quota, self.quotas) {
+            (Patch::Remove, _) | (_, Patch::Remove) => {
+                return Err(FlowPatchError::Invalid(
+                    "`quota` cannot be removed: a flow spends a quota".into(),
+                ))
+            }
+            (Patch::Set(quota), Patch::Keep) => Some(quotas_named(Some(quota), None)),
+            (Patch::Keep, Patch::Set(quotas)) => Some(quotas_named(None, Some(quotas))),
+            (Patch::Set(quota), Patch::Set(quotas)) => {
+                Some(quotas_named(Some(quota), Some(quotas)))
+            }
+            (Patch::Keep, Patch::Keep) => None,
+        }
+        .transpose()
+        .map_err(FlowPatchError::Invalid)?;
+        let current = match (current, &quotas) {
             (Some(current), _) => current,
-            (None, Patch::Set(quota)) => FlowSettings {
-                quota: quota_named(quota.clone()).map_err(FlowPatchError::Invalid)?,
+            (None, Some(quotas)) if !quotas.is_empty() => FlowSettings {
+                quota: quotas[0].clone(),
+                further_quotas: Vec::new(),
                 mode: Mode::Observe,
                 priority: DEFAULT_PRIORITY,
                 enforce_percent: None,
@@ -405,23 +489,17 @@ impl FlowPatch {
         } else {
             self.enforce_percent
         };
-        let quota = match self.quota {
-            Patch::Remove => {
-                return Err(FlowPatchError::Invalid(
-                    "`quota` cannot be removed: a flow spends a quota".into(),
-                ))
-            }
-            Patch::Set(quota) => quota_named(quota).map_err(FlowPatchError::Invalid)?,
-            Patch::Keep => current.quota,
-        };
+        let quotas = quotas.unwrap_or_else(|| current.quotas().cloned().collect());
         FlowSettings {
-            quota,
+            quota: current.quota.clone(),
+            further_quotas: Vec::new(),
             mode: self.mode.or_default(current.mode, Mode::Observe),
             priority: self.priority.or_default(current.priority, DEFAULT_PRIORITY),
             enforce_percent: percent.applied_to(current.enforce_percent),
             fallback: self.fallback.or_default(current.fallback, Fallback::Off),
         }
-        .validated()
+        .spending(quotas)
+        .and_then(FlowSettings::validated)
         .map_err(FlowPatchError::Invalid)
     }
 }
@@ -433,6 +511,7 @@ mod tests {
     fn flow(mode: Mode, percent: Option<i16>) -> FlowSettings {
         FlowSettings {
             quota: QuotaName::parse("ppf").unwrap(),
+            further_quotas: Vec::new(),
             mode,
             priority: 1,
             enforce_percent: percent,
