@@ -123,7 +123,8 @@ impl Reservations {
     /// A worker client's local decisions, reported once the arbiter answers
     /// again (design.md §12): their slots spent after the fact, and those
     /// that were due work let through at once tallied as `bypassed` for the
-    /// flow. Returns the window they count in.
+    /// flow. A flow that spends several quotas spent them in every one of
+    /// them. Returns the window they count in.
     pub(crate) fn count_local_decisions(
         &self,
         quota: &str,
@@ -131,7 +132,17 @@ impl Reservations {
         slots: i64,
         bypasses: i64,
     ) -> Option<DateTime<Utc>> {
-        let window_start = self.spend_after_the_fact(quota, slots);
+        let rule = flow.and_then(|flow| self.catalog.snapshot()?.rule(flow));
+        let window_start = match rule.filter(Rule::spends_several) {
+            Some(rule) => {
+                let mut window_start = None;
+                for quota in rule.quotas() {
+                    window_start = self.spend_after_the_fact(&quota.name, slots);
+                }
+                window_start
+            }
+            None => self.spend_after_the_fact(quota, slots),
+        };
         if let (Some(flow), 1..) = (flow, bypasses) {
             self.ledger
                 .tally_reported_bypasses(window_start, quota, flow, bypasses);

@@ -35,7 +35,9 @@ use crate::drive::{Arm, Load, Stop};
 use crate::pgbench::{text_literal, with_literals, Pgbench};
 use crate::report::Measured;
 use crate::server::Service;
-use crate::setup::{declare, declare_many, declare_route_class, UNREACHABLE_CEILING};
+use crate::setup::{
+    declare, declare_many, declare_route_class, declare_spending, UNREACHABLE_CEILING,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -179,6 +181,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = "budget only, three windows (1m, 1h, 1d), enforce";
     let stacked = reserve::arm(&load, name, Stop::Elapsed, one(names.of("stacked")));
     let stacked = cpu::metered(pid, db, stacked).await?;
+    let name = "two quotas per call (1m and 1d; 1m), enforce";
+    let two_quotas = reserve::arm(&load, name, Stop::Elapsed, one(names.of("two")));
+    let two_quotas = cpu::metered(pid, db, two_quotas).await?;
     let name = format!("budget only, observe (ceiling {})", args.ceiling);
     let observe = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("observe")));
     let observe = cpu::metered(pid, db, observe).await?;
@@ -246,6 +251,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         healthz,
         enforce,
         stacked,
+        two_quotas,
         observe,
         cadence,
         in_flight,
@@ -336,6 +342,26 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
         ..far.clone()
     };
     declare(store, &names.of("stacked"), &stacked, enforce).await?;
+    // An LLM's limits: requests a minute and a day, tokens a minute, spent
+    // together by flow `two`.
+    let requests = QuotaSettings {
+        windows: vec![window("1m"), window("1d")],
+        ..far.clone()
+    };
+    let tokens = QuotaSettings {
+        windows: vec![window("1m")],
+        ..far.clone()
+    };
+    let (two_requests, two_tokens) = (names.of("two-requests"), names.of("two-tokens"));
+    declare(store, &two_requests, &requests, None).await?;
+    declare(store, &two_tokens, &tokens, None).await?;
+    declare_spending(
+        store,
+        &names.of("two"),
+        &[&two_requests, &two_tokens],
+        Mode::Enforce,
+    )
+    .await?;
     declare(store, &names.of("observe"), &capped, observe).await?;
     declare(store, &names.of("cadence"), &never_refusing, enforce).await?;
     declare(store, &names.of("in-flight"), &in_flight, enforce).await?;

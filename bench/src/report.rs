@@ -11,6 +11,9 @@ pub struct Measured {
     pub enforce: Arm,
     /// The enforce arm on a quota of three windows (1m, 1h, 1d).
     pub stacked: Arm,
+    /// The enforce arm on a flow that spends two quotas in each call (an
+    /// LLM's requests, 1m and 1d, and tokens, 1m).
+    pub two_quotas: Arm,
     pub observe: Arm,
     pub cadence: Arm,
     pub in_flight: Arm,
@@ -39,6 +42,7 @@ impl Measured {
             self.bare_hot.as_ref(),
             Some(&self.enforce),
             Some(&self.stacked),
+            Some(&self.two_quotas),
             Some(&self.observe),
             Some(&self.cadence),
             Some(&self.in_flight),
@@ -84,6 +88,11 @@ impl Measured {
             Target::times(
                 "three windows / bare upsert, hot row",
                 rate(&self.stacked, bare),
+                10.0,
+            ),
+            Target::times(
+                "two quotas per call / bare upsert, hot row",
+                rate(&self.two_quotas, bare),
                 10.0,
             ),
             Target::times(
@@ -329,6 +338,7 @@ mod tests {
             healthz: arm("healthz", 40_000.0, 3.0, true),
             enforce: arm("enforce", 30_000.0, 4.0, true),
             stacked: arm("stacked", 29_000.0, 4.0, true),
+            two_quotas: arm("two quotas", 25_000.0, 4.0, true),
             observe: arm("observe", 29_000.0, 4.0, true),
             cadence: arm("cadence", 2_000.0, 65.0, true),
             in_flight: arm("in flight", 20_000.0, 9.0, true),
@@ -373,6 +383,11 @@ mod tests {
             ("budget enforce / GET /healthz", Some(75.0), "PASS"),
             ("three windows / one window, enforce", Some(96.67), "PASS"),
             ("three windows / bare upsert, hot row", Some(14.5), "PASS"),
+            (
+                "two quotas per call / bare upsert, hot row",
+                Some(12.5),
+                "PASS",
+            ),
             ("cadence / bare upsert, hot row", Some(1.0), "MISS"),
             ("max_in_flight / bare upsert, hot row", Some(10.0), "PASS"),
             (

@@ -6,6 +6,7 @@ use quota_arbiter::domain::admission::RouteClassSettings;
 use quota_arbiter::domain::catalog::{
     Fallback, FlowSettings, Mode, QuotaSettings, DEFAULT_PRIORITY,
 };
+use quota_arbiter::domain::QuotaName;
 use quota_arbiter::store::Store;
 
 const ACTOR: &str = "bench";
@@ -28,7 +29,7 @@ pub async fn declare(
     store.put_quota(ACTOR, name, settings).await?;
     if let Some(mode) = mode {
         let flow = FlowSettings {
-            quota: quota_arbiter::domain::QuotaName::parse(name).map_err(anyhow::Error::msg)?,
+            quota: QuotaName::parse(name).map_err(anyhow::Error::msg)?,
             further_quotas: Vec::new(),
             mode,
             priority: DEFAULT_PRIORITY,
@@ -37,6 +38,32 @@ pub async fn declare(
         };
         store.put_flow(ACTOR, name, &flow, None).await?;
     }
+    Ok(())
+}
+
+/// A flow of this name in `mode` that spends every one of `quotas` in each
+/// call.
+pub async fn declare_spending(
+    store: &Store,
+    name: &str,
+    quotas: &[&str],
+    mode: Mode,
+) -> anyhow::Result<()> {
+    let mut quotas = quotas
+        .iter()
+        .map(|q| QuotaName::parse(*q).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    anyhow::ensure!(!quotas.is_empty(), "a flow spends a quota");
+    let quota = quotas.remove(0);
+    let flow = FlowSettings {
+        quota,
+        further_quotas: quotas,
+        mode,
+        priority: DEFAULT_PRIORITY,
+        enforce_percent: None,
+        fallback: Fallback::Off,
+    };
+    store.put_flow(ACTOR, name, &flow, None).await?;
     Ok(())
 }
 

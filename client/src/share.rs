@@ -113,6 +113,7 @@ impl Shares {
             .bypass_horizon_seconds
             .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
         let mut by_flow = crate::gate::lock(&self.by_flow);
+        let mut seen = std::collections::HashSet::new();
         for quota in &event.quotas {
             let Some(limits) = quota.client_limits() else {
                 continue;
@@ -125,7 +126,12 @@ impl Shares {
                     fallback: flow.fallback == "local",
                     bypass_horizon,
                 };
-                by_flow.insert(flow.flow.clone(), share);
+                // A flow that spends several quotas spends every one of
+                // them in each call: its share is the tightest of them.
+                let tighter = |kept: &Share| kept.limits.rate <= share.limits.rate;
+                if seen.insert(flow.flow.clone()) || !by_flow.get(&flow.flow).is_some_and(tighter) {
+                    by_flow.insert(flow.flow.clone(), share);
+                }
             }
         }
     }
@@ -157,6 +163,26 @@ mod tests {
 
     fn event(json: &str) -> ShareEvent {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_flow_of_several_quotas_follows_the_tightest_share_in_any_order() {
+        let requests = r#"{"quota": "llm-requests", "rate": 8.0, "burst": 4.0, "hourly_ceiling": 1000000,
+            "clients": 1, "flows": [{"flow": "chat", "fallback": "local"}]}"#;
+        let tokens = r#"{"quota": "llm-tokens", "rate": 2.0, "burst": 2.0, "hourly_ceiling": 1000000,
+            "clients": 1, "flows": [{"flow": "chat", "fallback": "local"}]}"#;
+        for (first, second) in [(requests, tokens), (tokens, requests)] {
+            let shares = Shares::default();
+            shares.update(&event(&format!(r#"{{"quotas": [{first}, {second}]}}"#)));
+            let chat = shares.of("chat").unwrap();
+            assert_eq!(
+                (chat.quota.as_str(), chat.limits),
+                ("llm-tokens", limits(2.0, 2.0))
+            );
+            // The next event replaces it, the tightest again.
+            shares.update(&event(&format!(r#"{{"quotas": [{second}, {first}]}}"#)));
+            assert_eq!(shares.of("chat").unwrap().limits, limits(2.0, 2.0));
+        }
     }
 
     #[test]

@@ -148,6 +148,17 @@ pub(crate) async fn enqueue(
         rfc3339_time("deadline", deadline)?;
     }
     input::payload(&body.payload).map_err(invalid("`payload`"))?;
+    let several = state
+        .catalog
+        .snapshot()
+        .and_then(|snapshot| snapshot.rule(&flow))
+        .is_some_and(|rule| rule.spends_several());
+    if several {
+        return Err(ApiError::Invalid(format!(
+            "flow `{flow}` spends several quotas in each call: its work is reserved with \
+             POST /v1/reserve (the work registry claims items against one quota)"
+        )));
+    }
     let work = NewWork {
         flow,
         reference: body.reference,

@@ -119,6 +119,11 @@ impl Lanes {
                 Handling::Observe(rule) => (&mut lanes.observed, rule),
                 Handling::Count(_) | Handling::Unknown | Handling::CatalogNotLoaded => continue,
             };
+            // A flow that spends several quotas has no work (the catalog and
+            // the enqueue keep it so); a claim would spend one of them only.
+            if rule.spends_several() {
+                continue;
+            }
             let entry = lane
                 .entry(rule.quota.name.clone())
                 .or_insert_with(|| (rule.quota.clone(), Vec::new()));

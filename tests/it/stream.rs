@@ -113,3 +113,36 @@ async fn a_stream_without_flows_is_refused(pool: PgPool) {
     let response = app.get("/v1/stream").send().await.unwrap();
     assert_eq!(response.status(), 422);
 }
+
+/// A flow that spends several quotas follows the share of each (the client
+/// keeps the tightest): every one of them is in its stream's event.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_flow_of_several_quotas_hears_the_share_of_each(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    put_quota(&app, json!({"hourly_ceiling": 1000})).await;
+    app.admin_json(
+        Method::PUT,
+        "/v1/quotas/tokens",
+        Some(json!({"windows": [{"period": "1m", "ceiling": 600}]})),
+    )
+    .await;
+    app.admin_json(
+        Method::PUT,
+        "/v1/flows/chat",
+        Some(json!({"quotas": ["api", "tokens"], "mode": "enforce", "fallback": "local"})),
+    )
+    .await;
+    let mut stream = ShareStream::connect(&app, "flow=chat").await;
+    let share = stream.next_share(Duration::from_secs(2)).await;
+    let quotas: Vec<(&str, &Value)> = share["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["quota"].as_str().unwrap(), &q["flows"][0]["flow"]))
+        .collect();
+    assert_eq!(
+        quotas,
+        [("api", &json!("chat")), ("tokens", &json!("chat"))],
+        "{share}"
+    );
+}
