@@ -9,6 +9,7 @@ mod batch;
 mod coalesce;
 mod leases;
 mod observe;
+mod releases;
 mod settlements;
 mod shares;
 
@@ -43,6 +44,8 @@ pub struct Reservations {
     /// Spreads rollout decisions of requests without a `ref`.
     unkeyed: Arc<AtomicU64>,
     coalescer: Coalescer,
+    /// Releases of in-flight places, gathered into one statement per group.
+    releases: releases::Releases,
     /// How long a reservation may be settled (design.md §12).
     settle_within: std::time::Duration,
 }
@@ -60,6 +63,7 @@ impl Reservations {
         Self {
             settle_within,
             coalescer: Coalescer::new(store.clone()),
+            releases: releases::Releases::new(store.clone()),
             store,
             catalog,
             ledger,

@@ -56,6 +56,15 @@ impl Arm {
             .sum()
     }
 
+    /// The share (0 to 1) of the answers that started with `prefix`; 0
+    /// without answers.
+    pub fn share_of(&self, prefix: &str) -> f64 {
+        match self.count("") {
+            0 => 0.0,
+            total => self.count(prefix) as f64 / total as f64,
+        }
+    }
+
     /// The time the arm took, from its rate.
     pub fn seconds(&self) -> f64 {
         self.count("") as f64 / self.per_second

@@ -91,6 +91,12 @@ struct Args {
     no_pgbench: bool,
 }
 
+/// `max_in_flight` of the release-cycle arm: as many places as callers, so
+/// that no cycle should be deferred.
+const CYCLE_PLACES: i32 = 64;
+/// How long a cycle holds its place: a short emission.
+const CYCLE_HOLD_MS: u64 = 1;
+
 /// `max_in_flight` of the in-flight arm.
 const IN_FLIGHT_PLACES: i32 = 10_000;
 
@@ -193,6 +199,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = format!("max_in_flight {IN_FLIGHT_PLACES}, enforce");
     let in_flight = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("in-flight")));
     let in_flight = cpu::metered(pid, db, in_flight).await?;
+    let name = format!("reserve, hold {CYCLE_HOLD_MS} ms, release ({CYCLE_PLACES} places)");
+    let hold = Duration::from_millis(CYCLE_HOLD_MS);
+    let flow = names.of("cycle");
+    let cycles = reserve::cycle_arm(&load, &name, &flow, hold);
+    let release_cycles = cpu::metered(pid, db, cycles).await?;
     let name = format!("batches of {}, enforce (per batch)", args.batch_items);
     let flow = names.of("batch");
     let batch = reserve::batch_arm(&load, &name, &flow, args.batch_items);
@@ -255,6 +266,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         observe,
         cadence,
         in_flight,
+        release_cycles,
         batch,
         many_quotas,
         many_paced,
@@ -365,6 +377,11 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
     declare(store, &names.of("observe"), &capped, observe).await?;
     declare(store, &names.of("cadence"), &never_refusing, enforce).await?;
     declare(store, &names.of("in-flight"), &in_flight, enforce).await?;
+    let cycle_places = QuotaSettings {
+        max_in_flight: Some(CYCLE_PLACES),
+        ..far.clone()
+    };
+    declare(store, &names.of("cycle"), &cycle_places, enforce).await?;
     declare(store, &names.of("batch"), &far, enforce).await?;
     declare(store, &names.of("work"), &far, enforce).await?;
     declare(store, &names.of("capped"), &capped, enforce).await?;

@@ -17,6 +17,8 @@ pub struct Measured {
     pub observe: Arm,
     pub cadence: Arm,
     pub in_flight: Arm,
+    /// Whole worker cycles: reserve, hold a place, release it.
+    pub release_cycles: Arm,
     /// Batches of budget-only items on one quota: each answer is a batch.
     pub batch: Arm,
     pub many_quotas: Arm,
@@ -46,6 +48,7 @@ impl Measured {
             Some(&self.observe),
             Some(&self.cadence),
             Some(&self.in_flight),
+            Some(&self.release_cycles),
             Some(&self.batch),
             self.bare_spread.as_ref(),
             Some(&self.many_quotas),
@@ -104,6 +107,12 @@ impl Measured {
                 "max_in_flight / bare upsert, hot row",
                 rate(&self.in_flight, bare),
                 10.0,
+            ),
+            Target::times(
+                "granted release cycles / bare upsert, hot row",
+                rate(&self.release_cycles, bare)
+                    .map(|r| r * self.release_cycles.share_of("granted")),
+                5.0,
             ),
         ];
         targets.push(Target::times(
@@ -342,6 +351,10 @@ mod tests {
             observe: arm("observe", 29_000.0, 4.0, true),
             cadence: arm("cadence", 2_000.0, 65.0, true),
             in_flight: arm("in flight", 20_000.0, 9.0, true),
+            release_cycles: Arm {
+                answers: vec![("deferred in_flight".into(), 10), ("granted".into(), 90)],
+                ..arm("release cycles", 12_000.0, 9.0, true)
+            },
             batch: arm("batches", 1_000.0, 900.0, true),
             many_quotas: arm("many", 32_000.0, 8.0, true),
             many_paced: arm("many paced", 24_000.0, 8.0, true),
@@ -390,6 +403,11 @@ mod tests {
             ),
             ("cadence / bare upsert, hot row", Some(1.0), "MISS"),
             ("max_in_flight / bare upsert, hot row", Some(10.0), "PASS"),
+            (
+                "granted release cycles / bare upsert, hot row",
+                Some(5.4),
+                "PASS",
+            ),
             (
                 "admit, one hot caller / bare upsert, hot row",
                 Some(12.0),

@@ -16,6 +16,9 @@ pub struct Answer {
     would_defer: bool,
     limit: Option<Limit>,
     pub retry_at: Option<DateTime<Utc>>,
+    /// A grant's in-flight place (a string of digits).
+    #[serde(default)]
+    pub lease_id: Option<String>,
 }
 
 impl Answer {
@@ -54,6 +57,34 @@ pub async fn arm(
     load.drive(name, stop, move |call| {
         let (client, flow) = (client.clone(), pick());
         async move { Ok(Some(reserve(&client, call.caller, &flow).await?.label())) }
+    })
+    .await
+}
+
+/// Whole worker cycles on `flow`, a quota with in-flight places: reserve,
+/// hold the place for `hold` (the emission), release it
+/// (`POST /v1/report` with the `lease_id`). Each cycle is one answer,
+/// counted by its reservation's outcome; a deferred cycle releases nothing.
+pub async fn cycle_arm(
+    load: &Load,
+    name: &str,
+    flow: &str,
+    hold: std::time::Duration,
+) -> anyhow::Result<Arm> {
+    let client = load.client.clone();
+    let flow = flow.to_string();
+    load.drive(name, Stop::Elapsed, move |call| {
+        let (client, flow) = (client.clone(), flow.clone());
+        async move {
+            let answer = reserve(&client, call.caller, &flow).await?;
+            if let Some(lease_id) = &answer.lease_id {
+                tokio::time::sleep(hold).await;
+                let body = serde_json::json!({ "flow": flow, "lease_id": lease_id });
+                let released = client.post_json(call.caller, "/v1/report", &body).await?;
+                released.success()?;
+            }
+            Ok(Some(answer.label()))
+        }
     })
     .await
 }

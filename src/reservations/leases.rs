@@ -4,7 +4,7 @@
 
 use super::Reservations;
 use crate::shell::Operation;
-use crate::store::{AdaptedCadence, LeaseRelease, LeaseScope, StoreError};
+use crate::store::{AdaptedCadence, LeaseRelease, LeaseScope, ReleaseAsk, StoreError};
 
 impl Reservations {
     /// Records that key `key_id` took `leases`, so that only it (or an
@@ -22,14 +22,20 @@ impl Reservations {
 
     /// Frees lease `lease_id`'s place, if it is still held and granted to
     /// `scope`, and feeds `held_seconds` (or the time since it was taken)
-    /// into the flow's average hold time.
+    /// into the flow's average hold time; together with the concurrent
+    /// releases of this replica (one statement per group).
     pub async fn release_lease(
         &self,
         lease_id: i64,
         held_seconds: Option<f64>,
         scope: &LeaseScope,
     ) -> Result<LeaseRelease, StoreError> {
-        let released = self.store.release_held_lease(lease_id, held_seconds, scope);
+        let ask = ReleaseAsk {
+            lease_id,
+            held_seconds,
+            scope: scope.clone(),
+        };
+        let released = self.releases.release(ask);
         self.shell.run(Operation::ReleaseLease, released).await
     }
 

@@ -23,47 +23,58 @@ impl Store {
         lease_id: i64,
         held_seconds: Option<f64>,
     ) -> Result<Option<ReleasedLease>, sqlx::Error> {
-        let any_holder = LeaseScope::default();
-        Ok(
-            match self
-                .release_held_lease(lease_id, held_seconds, &any_holder)
-                .await?
-            {
-                LeaseRelease::Released(released) => Some(released),
-                LeaseRelease::NotHeld | LeaseRelease::HeldByOther(_) => None,
-            },
-        )
-    }
-
-    /// [`release_lease`](Self::release_lease) on behalf of a caller that says
-    /// whose lease it is: one held by another flow or quota stays held.
-    pub(crate) async fn release_held_lease(
-        &self,
-        lease_id: i64,
-        held_seconds: Option<f64>,
-        holder: &LeaseScope,
-    ) -> Result<LeaseRelease, sqlx::Error> {
-        let row = sqlx::query_file!(
-            "sql/release_lease.sql",
+        let ask = ReleaseAsk {
             lease_id,
             held_seconds,
-            holder.flow.as_deref(),
-            holder.quota.as_deref()
-        )
-        .fetch_one(self.pool())
-        .await?;
-        Ok(match (row.flow, row.holder_flow, row.holder_quota) {
-            (Some(flow), _, _) => LeaseRelease::Released(ReleasedLease {
-                flow,
-                held_seconds: row.held_seconds.unwrap_or_default(),
-                avg_seconds: row.avg_seconds.unwrap_or_default(),
-            }),
-            (None, Some(flow), Some(quota)) => LeaseRelease::HeldByOther(LeaseScope {
-                flow: Some(flow),
-                quota: Some(quota),
-            }),
-            (None, _, _) => LeaseRelease::NotHeld,
+            scope: LeaseScope::default(),
+        };
+        let released = self.release_leases(std::slice::from_ref(&ask)).await?;
+        Ok(match released.into_iter().next() {
+            Some(LeaseRelease::Released(released)) => Some(released),
+            _ => None,
         })
+    }
+
+    /// Frees the places of a group of releases in one statement
+    /// (`sql/release_leases.sql`), each lease once, and folds each flow's
+    /// hold times into its average in the order given; one answer per ask,
+    /// in that order. A lease held by another flow or quota than its ask
+    /// says stays held.
+    pub async fn release_leases(
+        &self,
+        asks: &[ReleaseAsk],
+    ) -> Result<Vec<LeaseRelease>, sqlx::Error> {
+        let ids: Vec<i64> = asks.iter().map(|a| a.lease_id).collect();
+        let held: Vec<Option<f64>> = asks.iter().map(|a| a.held_seconds).collect();
+        let flows: Vec<Option<String>> = asks.iter().map(|a| a.scope.flow.clone()).collect();
+        let quotas: Vec<Option<String>> = asks.iter().map(|a| a.scope.quota.clone()).collect();
+        let rows = sqlx::query_file!(
+            "sql/release_leases.sql",
+            &ids,
+            &held as &[Option<f64>],
+            &flows as &[Option<String>],
+            &quotas as &[Option<String>]
+        )
+        .fetch_all(self.pool())
+        .await?;
+        if rows.len() != asks.len() {
+            return Err(sqlx::Error::RowNotFound);
+        }
+        Ok(rows
+            .into_iter()
+            .map(|row| match (row.flow, row.holder_flow, row.holder_quota) {
+                (Some(flow), _, _) => LeaseRelease::Released(ReleasedLease {
+                    flow,
+                    held_seconds: row.held_seconds.unwrap_or_default(),
+                    avg_seconds: row.avg_seconds.unwrap_or_default(),
+                }),
+                (None, Some(flow), Some(quota)) => LeaseRelease::HeldByOther(LeaseScope {
+                    flow: Some(flow),
+                    quota: Some(quota),
+                }),
+                (None, _, _) => LeaseRelease::NotHeld,
+            })
+            .collect())
     }
 
     /// Adapts a quota's cadence factor to an upstream's `status`; `None`
@@ -85,6 +96,15 @@ impl Store {
     }
 }
 
+/// One release of a group: the lease, how long its emission took (`None`:
+/// since the lease was taken), and whose the caller says it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReleaseAsk {
+    pub lease_id: i64,
+    pub held_seconds: Option<f64>,
+    pub scope: LeaseScope,
+}
+
 /// The flow and quota a lease was granted to, as a release says them (not
 /// the lease holder, the key that took it); a field left `None` matches any.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -93,7 +113,7 @@ pub struct LeaseScope {
     pub quota: Option<String>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum LeaseRelease {
     Released(ReleasedLease),
     /// Unknown, or expired and taken again: nothing to free.
@@ -102,7 +122,7 @@ pub enum LeaseRelease {
     HeldByOther(LeaseScope),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ReleasedLease {
     pub flow: String,
     pub held_seconds: f64,

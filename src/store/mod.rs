@@ -35,7 +35,7 @@ pub use bootstrap::{
     seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS, MIGRATOR, OBJECTS_REVISION, VIEWS,
 };
 pub use keys::{ActiveKey, KeyRow};
-pub use leases::{AdaptedCadence, Lease, LeaseRelease, LeaseScope, ReleasedLease};
+pub use leases::{AdaptedCadence, Lease, LeaseRelease, LeaseScope, ReleaseAsk, ReleasedLease};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
 pub use reach::{unreachable, StoreError, StoreUnavailable, RETRY_AFTER_UNAVAILABLE};
 pub(crate) use settlements::Settlement;

@@ -78,8 +78,10 @@ impl WorkRegistry {
         if let Some(lease_id) = place_lease {
             // The emission is over: its in-flight place is free again (and
             // the hold time feeds the flow's average, as a report would).
-            let released = self.store.release_lease(lease_id, None);
-            self.shell.run(Operation::ReleaseLease, released).await?;
+            let any_holder = crate::store::LeaseScope::default();
+            self.reservations
+                .release_lease(lease_id, None, &any_holder)
+                .await?;
         }
         Ok(Some(item))
     }

@@ -24,6 +24,7 @@ mod operate;
 mod outage;
 mod paced;
 mod readme;
+mod releases;
 mod replicas;
 mod report;
 mod reserve;

@@ -1,0 +1,173 @@
+//! Releases coalesced (issue 38, design.md §8): concurrent releases share a
+//! statement that frees each place once and folds each flow's hold times
+//! into its average as one release after the other would.
+
+use std::sync::Arc;
+
+use quota_arbiter::domain::catalog::QuotaRule;
+use quota_arbiter::domain::decision::Outcome;
+use quota_arbiter::domain::window::WindowRule;
+use quota_arbiter::store::{LeaseRelease, LeaseScope, PacedAsks, ReleaseAsk, Store};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::helpers::{create_flow, set_limits, TestApp};
+
+fn places(name: &str, max_in_flight: i32) -> QuotaRule {
+    QuotaRule {
+        name: name.into(),
+        windows: vec![WindowRule::hour(1_000_000)],
+        cadence: None,
+        max_in_flight: Some(max_in_flight),
+        priority2_share: None,
+        priority3_share: None,
+    }
+}
+
+/// `n` leases of quota `quota` for flow `flow`.
+async fn leases(store: &Store, quota: &QuotaRule, flow: &str, n: usize) -> Vec<i64> {
+    let (slots, flows) = (vec![1; n], vec![flow.to_string(); n]);
+    let asks = PacedAsks {
+        slots: &slots,
+        flows: &flows,
+        share: None,
+        need_places: true,
+    };
+    let take = store.take_paced_group(quota, &asks).await.unwrap();
+    assert_eq!(take.leases.len(), n);
+    take.leases.iter().map(|l| l.lease.id).collect()
+}
+
+async fn average(pool: &PgPool, flow: &str) -> (f64, i64) {
+    sqlx::query_as("SELECT avg_seconds, samples FROM flow_lease_duration WHERE flow = $1")
+        .bind(flow)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn free_places(pool: &PgPool, quota: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM quota_place WHERE quota = $1 AND lease_id IS NULL")
+        .bind(quota)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The same hold times released one by one for flow `one`, and in one
+/// group for flow `group` (and then once more each, onto an average that
+/// exists): the same averages and sample counts.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_group_of_releases_averages_as_one_release_after_another(pool: PgPool) {
+    create_flow(&pool, "api", 1_000_000, "one", "enforce").await;
+    create_flow(&pool, "api", 1_000_000, "group", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 20").await;
+    let (store, quota) = (Store::new(pool.clone()), places("api", 20));
+    let held = [0.5, 2.0, 1.0, 4.0, 0.25, 3.0];
+    for round in 0..2 {
+        let one = leases(&store, &quota, "one", held.len()).await;
+        for (id, seconds) in one.iter().zip(held) {
+            assert!(store
+                .release_lease(*id, Some(seconds))
+                .await
+                .unwrap()
+                .is_some());
+        }
+        let group = leases(&store, &quota, "group", held.len()).await;
+        let asks: Vec<ReleaseAsk> = group
+            .iter()
+            .zip(held)
+            .map(|(&lease_id, seconds)| ReleaseAsk {
+                lease_id,
+                held_seconds: Some(seconds),
+                scope: LeaseScope::default(),
+            })
+            .collect();
+        let released = store.release_leases(&asks).await.unwrap();
+        assert!(released
+            .iter()
+            .all(|r| matches!(r, LeaseRelease::Released(_))));
+        let (one, group) = (average(&pool, "one").await, average(&pool, "group").await);
+        assert!(
+            (one.0 - group.0).abs() < 1e-9,
+            "round {round}: one by one {one:?}, as a group {group:?}"
+        );
+        assert_eq!(one.1, group.1, "round {round}: samples");
+        if round == 0 {
+            // The first sets it, each later one moves it a tenth of the way:
+            // 0.5, 0.65, 0.685, 1.0165, 0.93985, 1.145865.
+            assert!((one.0 - 1.145865).abs() < 1e-9, "{one:?}");
+        }
+    }
+    assert_eq!(free_places(&pool, "api").await, 20);
+}
+
+/// A lease that expired and whose place was taken again frees nothing
+/// when it is released: the new holder keeps its place.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_release_after_its_lease_expired_and_was_taken_again_frees_nothing(pool: PgPool) {
+    create_flow(&pool, "api", 1_000_000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 1").await;
+    let (store, quota) = (Store::new(pool.clone()), places("api", 1));
+    let old = leases(&store, &quota, "invoice", 1).await[0];
+    sqlx::query("UPDATE quota_place SET valid_until = arbiter_now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let new = leases(&store, &quota, "invoice", 1).await[0];
+    assert_ne!(old, new);
+    assert!(store.release_lease(old, None).await.unwrap().is_none());
+    assert_eq!(
+        free_places(&pool, "api").await,
+        0,
+        "the new holder keeps it"
+    );
+    assert!(store.release_lease(new, None).await.unwrap().is_some());
+    assert_eq!(free_places(&pool, "api").await, 1);
+}
+
+/// 64 workers on 64 places, each cycle a reservation, then its release
+/// reported twice at once: never deferred (each holds at most one of as
+/// many places), each lease released once, every place free at the end,
+/// every release one sample of the average.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn workers_that_each_hold_one_of_as_many_places_are_never_deferred(pool: PgPool) {
+    create_flow(&pool, "api", 1_000_000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 64").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    const CYCLES: usize = 10;
+    let mut workers = Vec::new();
+    for _ in 0..64 {
+        let app = app.clone();
+        workers.push(tokio::spawn(async move {
+            let mut deferred = 0;
+            for _ in 0..CYCLES {
+                let decision = app.reserve(json!({"flow": "invoice"})).await;
+                if decision.outcome == Outcome::Deferred {
+                    deferred += 1;
+                    continue;
+                }
+                let lease = decision
+                    .lease_id
+                    .expect("a grant holds a place")
+                    .to_string();
+                let report = || async {
+                    let answer = app
+                        .post_json("/v1/report", json!({"flow": "invoice", "lease_id": lease}))
+                        .await;
+                    answer["released"] == Value::Bool(true)
+                };
+                let (first, second) = tokio::join!(report(), report());
+                assert!(first ^ second, "released exactly once: {first} {second}");
+            }
+            deferred
+        }));
+    }
+    let mut deferred = 0;
+    for worker in workers {
+        deferred += worker.await.unwrap();
+    }
+    assert_eq!(deferred, 0, "no worker was deferred");
+    assert_eq!(free_places(&pool, "api").await, 64);
+    assert_eq!(average(&pool, "invoice").await.1, (64 * CYCLES) as i64);
+}
