@@ -44,7 +44,8 @@ pub struct Reservations {
     /// Spreads rollout decisions of requests without a `ref`.
     unkeyed: Arc<AtomicU64>,
     coalescer: Coalescer,
-    /// Releases of in-flight places, gathered into one statement per group.
+    /// Releases of in-flight places and upstream reports, gathered into one
+    /// statement per group.
     releases: releases::Releases,
     /// How long a reservation may be settled (design.md §12).
     settle_within: std::time::Duration,

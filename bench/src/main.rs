@@ -34,6 +34,7 @@ use sqlx::postgres::PgPoolOptions;
 use crate::drive::{Arm, Load, Stop};
 use crate::pgbench::{text_literal, with_literals, Pgbench};
 use crate::report::Measured;
+use crate::reserve::AfterReserving;
 use crate::server::Service;
 use crate::setup::{
     declare, declare_many, declare_route_class, declare_spending, UNREACHABLE_CEILING,
@@ -200,10 +201,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let in_flight = reserve::arm(&load, &name, Stop::Elapsed, one(names.of("in-flight")));
     let in_flight = cpu::metered(pid, db, in_flight).await?;
     let name = format!("reserve, hold {CYCLE_HOLD_MS} ms, release ({CYCLE_PLACES} places)");
-    let hold = Duration::from_millis(CYCLE_HOLD_MS);
+    let hold = AfterReserving::Release(Duration::from_millis(CYCLE_HOLD_MS));
     let flow = names.of("cycle");
     let cycles = reserve::cycle_arm(&load, &name, &flow, hold);
     let release_cycles = cpu::metered(pid, db, cycles).await?;
+    let name = "reserve, report 429 (adaptive cadence)";
+    let flow = names.of("storm");
+    let storm = reserve::cycle_arm(&load, name, &flow, AfterReserving::Report(429));
+    let report_storm = cpu::metered(pid, db, storm).await?;
     let name = format!("batches of {}, enforce (per batch)", args.batch_items);
     let flow = names.of("batch");
     let batch = reserve::batch_arm(&load, &name, &flow, args.batch_items);
@@ -267,6 +272,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cadence,
         in_flight,
         release_cycles,
+        report_storm,
         batch,
         many_quotas,
         many_paced,
@@ -382,6 +388,11 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
         ..far.clone()
     };
     declare(store, &names.of("cycle"), &cycle_places, enforce).await?;
+    let adaptive = QuotaSettings {
+        adaptive: true,
+        ..never_refusing.clone()
+    };
+    declare(store, &names.of("storm"), &adaptive, enforce).await?;
     declare(store, &names.of("batch"), &far, enforce).await?;
     declare(store, &names.of("work"), &far, enforce).await?;
     declare(store, &names.of("capped"), &capped, enforce).await?;

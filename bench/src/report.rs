@@ -19,6 +19,8 @@ pub struct Measured {
     pub in_flight: Arm,
     /// Whole worker cycles: reserve, hold a place, release it.
     pub release_cycles: Arm,
+    /// Whole worker cycles: reserve, report an upstream 429.
+    pub report_storm: Arm,
     /// Batches of budget-only items on one quota: each answer is a batch.
     pub batch: Arm,
     pub many_quotas: Arm,
@@ -49,6 +51,7 @@ impl Measured {
             Some(&self.cadence),
             Some(&self.in_flight),
             Some(&self.release_cycles),
+            Some(&self.report_storm),
             Some(&self.batch),
             self.bare_spread.as_ref(),
             Some(&self.many_quotas),
@@ -112,6 +115,11 @@ impl Measured {
                 "granted release cycles / bare upsert, hot row",
                 rate(&self.release_cycles, bare)
                     .map(|r| r * self.release_cycles.share_of("granted")),
+                5.0,
+            ),
+            Target::times(
+                "reserve + 429 report cycles / bare upsert, hot row",
+                rate(&self.report_storm, bare),
                 5.0,
             ),
         ];
@@ -355,6 +363,7 @@ mod tests {
                 answers: vec![("deferred in_flight".into(), 10), ("granted".into(), 90)],
                 ..arm("release cycles", 12_000.0, 9.0, true)
             },
+            report_storm: arm("storm", 8_000.0, 9.0, true),
             batch: arm("batches", 1_000.0, 900.0, true),
             many_quotas: arm("many", 32_000.0, 8.0, true),
             many_paced: arm("many paced", 24_000.0, 8.0, true),
@@ -407,6 +416,11 @@ mod tests {
                 "granted release cycles / bare upsert, hot row",
                 Some(5.4),
                 "PASS",
+            ),
+            (
+                "reserve + 429 report cycles / bare upsert, hot row",
+                Some(4.0),
+                "MISS",
             ),
             (
                 "admit, one hot caller / bare upsert, hot row",

@@ -61,15 +61,25 @@ pub async fn arm(
     .await
 }
 
-/// Whole worker cycles on `flow`, a quota with in-flight places: reserve,
-/// hold the place for `hold` (the emission), release it
-/// (`POST /v1/report` with the `lease_id`). Each cycle is one answer,
-/// counted by its reservation's outcome; a deferred cycle releases nothing.
+/// What a worker does after its reservation, in a whole-cycle arm.
+#[derive(Clone, Copy, Debug)]
+pub enum AfterReserving {
+    /// Holds the grant's place for this long (the emission), then releases
+    /// it (`POST /v1/report` with the `lease_id`); a deferral releases
+    /// nothing.
+    Release(std::time::Duration),
+    /// Reports this upstream status for the flow (`POST /v1/report`),
+    /// granted or not: an upstream storm.
+    Report(u16),
+}
+
+/// Whole worker cycles on `flow`: reserve, then `after`. Each cycle is one
+/// answer, counted by its reservation's outcome.
 pub async fn cycle_arm(
     load: &Load,
     name: &str,
     flow: &str,
-    hold: std::time::Duration,
+    after: AfterReserving,
 ) -> anyhow::Result<Arm> {
     let client = load.client.clone();
     let flow = flow.to_string();
@@ -77,11 +87,19 @@ pub async fn cycle_arm(
         let (client, flow) = (client.clone(), flow.clone());
         async move {
             let answer = reserve(&client, call.caller, &flow).await?;
-            if let Some(lease_id) = &answer.lease_id {
-                tokio::time::sleep(hold).await;
-                let body = serde_json::json!({ "flow": flow, "lease_id": lease_id });
-                let released = client.post_json(call.caller, "/v1/report", &body).await?;
-                released.success()?;
+            let report = match (after, &answer.lease_id) {
+                (AfterReserving::Release(hold), Some(lease_id)) => {
+                    tokio::time::sleep(hold).await;
+                    Some(serde_json::json!({ "flow": flow, "lease_id": lease_id }))
+                }
+                (AfterReserving::Release(_), None) => None,
+                (AfterReserving::Report(status), _) => {
+                    Some(serde_json::json!({ "flow": flow, "status": status }))
+                }
+            };
+            if let Some(body) = report {
+                let reported = client.post_json(call.caller, "/v1/report", &body).await?;
+                reported.success()?;
             }
             Ok(Some(answer.label()))
         }

@@ -39,14 +39,16 @@ impl Reservations {
         self.shell.run(Operation::ReleaseLease, released).await
     }
 
-    /// Adapts `quota`'s cadence to an upstream's `status`; `None` when the
-    /// quota has no adaptive cadence or the status says nothing of the rate.
+    /// Adapts `quota`'s cadence to an upstream's `status`, together with the
+    /// concurrent reports of this replica (one statement per group); `None`
+    /// when the quota has no adaptive cadence or the status says nothing of
+    /// the rate.
     pub async fn adapt_cadence(
         &self,
         quota: &str,
         status: u16,
     ) -> Result<Option<AdaptedCadence>, StoreError> {
-        let adapted = self.store.adapt_cadence(quota, status);
+        let adapted = self.releases.report(quota.to_string(), status);
         self.shell.run(Operation::AdaptCadence, adapted).await
     }
 }

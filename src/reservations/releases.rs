@@ -1,75 +1,90 @@
-//! Releases coalesced (design.md §8). Every release frees a place and folds
-//! its hold time into its flow's average, one row per flow: a statement per
-//! release would queue every worker of a flow on that row while the place
-//! it frees stays locked, so that concurrent takes skip it as if it were
-//! held. Concurrent releases of this replica, whatever their quota, are
-//! gathered instead: one statement frees the group's places and folds each
-//! flow's samples in the order they came, the same average as one release
-//! after the other.
+//! Releases and upstream reports coalesced (design.md §8). Every release
+//! frees a place and folds its hold time into its flow's average, one row
+//! per flow; every upstream report adapts its quota's factor, one bucket row
+//! per quota. A statement per ask would queue every worker on those rows
+//! (and a place being freed stays locked meanwhile, so concurrent takes,
+//! which skip locked places, see it as held). Concurrent asks of this
+//! replica, whatever their quota, are gathered instead: one statement per
+//! group frees the group's places and folds each flow's samples, or folds
+//! each quota's statuses, in the order they came — what one after the other
+//! would leave.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
-use crate::shell::gather::{fail_all, Gather, Reply};
-use crate::store::{LeaseRelease, ReleaseAsk, Store, StoreError};
+use crate::shell::gather::Batched;
+use crate::store::{AdaptedCadence, LeaseRelease, ReleaseAsk, Store, StoreError};
 
-struct Waiter {
-    ask: ReleaseAsk,
-    reply: Reply<LeaseRelease>,
-}
-
-/// One queue: releases of any quota share a statement.
 #[derive(Clone)]
 pub(crate) struct Releases {
     store: Store,
-    queue: Gather<(), (), Waiter>,
+    releases: Batched<ReleaseAsk, LeaseRelease>,
+    reports: Batched<(String, u16), Option<AdaptedCadence>>,
 }
 
 impl Releases {
     pub(crate) fn new(store: Store) -> Self {
         Self {
             store,
-            queue: Gather::default(),
+            releases: Batched::default(),
+            reports: Batched::default(),
         }
     }
 
     /// Frees `ask`'s lease together with whoever else is releasing now.
     pub(crate) async fn release(&self, ask: ReleaseAsk) -> Result<LeaseRelease, StoreError> {
-        let waiter = |reply| Waiter { ask, reply };
-        let lead = |key| self.clone().lead(key);
-        self.queue.ask((), (), waiter, lead).await
+        let store = self.store.clone();
+        let group = move |asks: Vec<ReleaseAsk>| release_group(store.clone(), asks);
+        self.releases.ask(ask, group).await
     }
 
-    async fn lead(self, key: ()) {
-        while let Some(((), group)) = self.queue.next_group(&key) {
-            // Each lease once: a repeat in the group finds it freed by the
-            // first, as it would one release after the other.
-            let (first, repeats) = first_of_each_lease(group);
-            let asks: Vec<ReleaseAsk> = first.iter().map(|w| w.ask.clone()).collect();
-            match self.store.release_leases(&asks).await {
-                Ok(answers) => {
-                    for (waiter, answer) in first.into_iter().zip(answers) {
-                        let _ = waiter.reply.send(Ok(answer));
-                    }
-                    for waiter in repeats {
-                        let _ = waiter.reply.send(Ok(LeaseRelease::NotHeld));
-                    }
-                }
-                Err(error) => {
-                    let replies = first.into_iter().chain(repeats).map(|w| w.reply);
-                    fail_all(replies, &StoreError::from(error));
-                }
-            }
-        }
+    /// Adapts `quota`'s cadence to an upstream's `status` together with
+    /// whoever else is reporting now.
+    pub(crate) async fn report(
+        &self,
+        quota: String,
+        status: u16,
+    ) -> Result<Option<AdaptedCadence>, StoreError> {
+        let store = self.store.clone();
+        let group = move |reports: Vec<(String, u16)>| {
+            let store = store.clone();
+            async move { Ok(store.adapt_cadences(&reports).await?) }
+        };
+        self.reports.ask((quota, status), group).await
     }
 }
 
-/// The group's first release of each lease, in arrival order, and the
-/// repeats.
-fn first_of_each_lease(group: Vec<Waiter>) -> (Vec<Waiter>, Vec<Waiter>) {
-    let mut seen = HashSet::new();
-    group
+/// Releases a group, each lease once: a repeat finds it freed by the first,
+/// as it would one release after the other, and hears "not held".
+async fn release_group(
+    store: Store,
+    asks: Vec<ReleaseAsk>,
+) -> Result<Vec<LeaseRelease>, StoreError> {
+    let (unique, first_of) = first_of_each_lease(&asks);
+    let released = store.release_leases(&unique).await?;
+    Ok(first_of
         .into_iter()
-        .partition(|waiter| seen.insert(waiter.ask.lease_id))
+        .map(|first| first.map_or(LeaseRelease::NotHeld, |i| released[i].clone()))
+        .collect())
+}
+
+/// The asks with each lease once, in arrival order, and for each ask the
+/// position of its lease among them if it is the lease's first ask
+/// (`None`: a repeat).
+fn first_of_each_lease(asks: &[ReleaseAsk]) -> (Vec<ReleaseAsk>, Vec<Option<usize>>) {
+    let mut position: HashMap<i64, usize> = HashMap::new();
+    let mut unique = Vec::new();
+    let first_of = asks
+        .iter()
+        .map(|ask| {
+            if position.contains_key(&ask.lease_id) {
+                return None;
+            }
+            position.insert(ask.lease_id, unique.len());
+            unique.push(ask.clone());
+            Some(unique.len() - 1)
+        })
+        .collect();
+    (unique, first_of)
 }
 
 #[cfg(test)]
@@ -77,24 +92,20 @@ mod tests {
     use super::*;
     use crate::store::LeaseScope;
 
-    fn waiter(lease_id: i64) -> Waiter {
-        let (reply, _answer) = tokio::sync::oneshot::channel();
-        Waiter {
-            ask: ReleaseAsk {
-                lease_id,
-                held_seconds: None,
-                scope: LeaseScope::default(),
-            },
-            reply,
+    fn ask(lease_id: i64) -> ReleaseAsk {
+        ReleaseAsk {
+            lease_id,
+            held_seconds: None,
+            scope: LeaseScope::default(),
         }
     }
 
     #[test]
     fn a_lease_asked_twice_in_a_group_is_released_once() {
-        let group = vec![waiter(7), waiter(8), waiter(7), waiter(9), waiter(8)];
-        let (first, repeats) = first_of_each_lease(group);
-        let ids = |w: &[Waiter]| w.iter().map(|w| w.ask.lease_id).collect::<Vec<_>>();
-        assert_eq!(ids(&first), [7, 8, 9]);
-        assert_eq!(ids(&repeats), [7, 8]);
+        let asks: Vec<ReleaseAsk> = [7, 8, 7, 9, 8].into_iter().map(ask).collect();
+        let (unique, first_of) = first_of_each_lease(&asks);
+        let ids: Vec<i64> = unique.iter().map(|a| a.lease_id).collect();
+        assert_eq!(ids, [7, 8, 9]);
+        assert_eq!(first_of, [Some(0), Some(1), None, Some(2), None]);
     }
 }

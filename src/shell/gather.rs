@@ -118,6 +118,65 @@ impl<K: Hash + Eq, S, W> Gather<K, S, W> {
     }
 }
 
+/// One queue whose every group one call answers, an answer per ask in
+/// the order asked (the releases of places, the upstream reports): a
+/// statement per group instead of one per ask.
+pub(crate) struct Batched<A, T> {
+    queue: Gather<(), (), (A, Reply<T>)>,
+}
+
+impl<A, T> Clone for Batched<A, T> {
+    fn clone(&self) -> Self {
+        Self {
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+impl<A, T> Default for Batched<A, T> {
+    fn default() -> Self {
+        Self {
+            queue: Gather::default(),
+        }
+    }
+}
+
+impl<A: Send + 'static, T: Send + 'static> Batched<A, T> {
+    /// Joins the queue with `ask`; its group is answered by `answer` (the
+    /// first arrival's, for every group its leader decides), which must give
+    /// one answer per ask, in order.
+    pub(crate) fn ask<F, Fut>(
+        &self,
+        ask: A,
+        answer: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static
+    where
+        F: Fn(Vec<A>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Vec<T>, StoreError>> + Send,
+    {
+        let queue = self.queue.clone();
+        let lead = move |key: ()| async move {
+            while let Some(((), group)) = queue.next_group(&key) {
+                let (asks, replies): (Vec<A>, Vec<Reply<T>>) = group.into_iter().unzip();
+                match answer(asks).await {
+                    Ok(answers) if answers.len() == replies.len() => {
+                        for (reply, answer) in replies.into_iter().zip(answers) {
+                            let _ = reply.send(Ok(answer));
+                        }
+                    }
+                    Ok(_) => {
+                        let error =
+                            StoreError::Failed("a group's answers do not match its asks".into());
+                        fail_all(replies, &error);
+                    }
+                    Err(error) => fail_all(replies, &error),
+                }
+            }
+        };
+        self.queue.ask((), (), |reply| (ask, reply), lead)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,7 @@ pub const FUNCTIONS: &[SqlObject] = &[
     sql_object!("functions", "admit_window_of"),
     sql_object!("functions", "recovered_factor"),
     sql_object!("functions", "upstream_multiplier"),
+    sql_object!("functions", "adapt_cadences"),
     sql_object!("functions", "work_state_now"),
     sql_object!("functions", "new_lease_id"),
     sql_object!("functions", "catalog_actor"),
@@ -101,8 +102,9 @@ const OBJECTS_REVISIONS: &[&str] = &[
     // take_windows(), take_paced_across() over every window of a quota,
     // quota_period's triggers, the views per window.
     "40eda1624ba375046ee870f05ce256041c836752cf60450492073be596583797",
-    // Several quotas per call: take_linked(), check_flow_quotas().
-    "6fd5309309414f4813e49fa6ad8f50eed991fef079127ff7384e113cfe78f4c9",
+    // Several quotas per call: take_linked(), check_flow_quotas(); upstream
+    // reports folded a group at a time: adapt_cadences().
+    "a8630fb9adcd11af0d89194175d276b25efce5c377d8ff0a646a0cb9db4aed2a",
 ];
 
 /// The revision of the functions and views this build carries: a migrate

@@ -77,22 +77,33 @@ impl Store {
             .collect())
     }
 
-    /// Adapts a quota's cadence factor to an upstream's `status`; `None`
-    /// when the quota has no cadence or is not adaptive, or the status says
-    /// nothing about the rate.
-    pub async fn adapt_cadence(
+    /// Adapts each report's quota's cadence factor to its upstream's status
+    /// (`reports`: quota and status), a group in one statement, each
+    /// quota's reports folded in the order given; one answer per report,
+    /// `None` where the quota has no adaptive cadence or the status says
+    /// nothing of the rate.
+    pub async fn adapt_cadences(
         &self,
-        quota: &str,
-        status: u16,
-    ) -> Result<Option<AdaptedCadence>, sqlx::Error> {
-        let row = sqlx::query_file!("sql/adapt_cadence.sql", quota, i32::from(status))
-            .fetch_optional(self.pool())
+        reports: &[(String, u16)],
+    ) -> Result<Vec<Option<AdaptedCadence>>, sqlx::Error> {
+        let quotas: Vec<String> = reports.iter().map(|(q, _)| q.clone()).collect();
+        let statuses: Vec<i32> = reports.iter().map(|(_, s)| i32::from(*s)).collect();
+        let rows = sqlx::query_file!("sql/adapt_cadence.sql", &quotas, &statuses)
+            .fetch_all(self.pool())
             .await?;
-        Ok(row.map(|r| AdaptedCadence {
-            factor: r.factor,
-            effective_rate: r.effective_rate,
-            effective_burst: r.effective_burst,
-        }))
+        if rows.len() != reports.len() {
+            return Err(sqlx::Error::RowNotFound);
+        }
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                Some(AdaptedCadence {
+                    factor: r.factor?,
+                    effective_rate: r.effective_rate?,
+                    effective_burst: r.effective_burst?,
+                })
+            })
+            .collect())
     }
 }
 

@@ -171,3 +171,64 @@ async fn workers_that_each_hold_one_of_as_many_places_are_never_deferred(pool: P
     assert_eq!(free_places(&pool, "api").await, 64);
     assert_eq!(average(&pool, "invoice").await.1, (64 * CYCLES) as i64);
 }
+
+/// A bucket whose factor was set a while ahead, so that no recovery runs
+/// between reports: the folds compare exactly.
+async fn adaptive(pool: &PgPool, quota: &str) {
+    create_flow(pool, quota, 1_000_000, &format!("{quota}-flow"), "enforce").await;
+    set_limits(pool, quota, "rate = 10, burst = 5, adaptive = true").await;
+    sqlx::query(
+        "INSERT INTO quota_bucket (quota, tokens, refilled_at, factor, factor_at)
+         VALUES ($1, 5, arbiter_now(), 1, arbiter_now() + interval '1 hour')
+         ON CONFLICT (quota) DO UPDATE SET factor = 1, factor_at = EXCLUDED.factor_at",
+    )
+    .bind(quota)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Upstream reports folded as a group leave each quota's factor where one
+/// report after the other would, clamps included (a success at 1 stays at
+/// 1, a storm stops at the floor that keeps the rate at 0.01/s).
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_group_of_upstream_reports_adapts_as_one_after_another(pool: PgPool) {
+    for quota in ["one", "group", "storm"] {
+        adaptive(&pool, quota).await;
+    }
+    let store = Store::new(pool.clone());
+    let statuses = [200, 429, 200, 429, 429, 0, 503, 200];
+    let mut one_by_one = Vec::new();
+    for status in statuses {
+        let adapted = store
+            .adapt_cadences(&[("one".to_string(), status)])
+            .await
+            .unwrap();
+        one_by_one.push(adapted[0].unwrap().factor);
+    }
+    // The group's reports, interleaved with another quota's storm.
+    let mut reports = Vec::new();
+    for status in statuses {
+        reports.push(("group".to_string(), status));
+        reports.extend(std::iter::repeat_n(("storm".to_string(), 429), 4));
+    }
+    let adapted = store.adapt_cadences(&reports).await.unwrap();
+    let group: Vec<f64> = adapted
+        .iter()
+        .zip(&reports)
+        .filter(|(_, (quota, _))| quota == "group")
+        .map(|(a, _)| a.unwrap().factor)
+        .collect();
+    for (n, (one, group)) in one_by_one.iter().zip(&group).enumerate() {
+        assert!(
+            (one - group).abs() < 1e-12,
+            "report {n}: {one} against {group}"
+        );
+    }
+    // 1 (a success at 1), 0.7, 0.735, 0.5145, 0.36015, 0.28812, 0.259308, 0.2722734.
+    assert!((group[7] - 0.2722734).abs() < 1e-9, "{group:?}");
+    let storm = adapted.last().unwrap().unwrap();
+    assert!((storm.factor - 0.001).abs() < 1e-12, "the floor: {storm:?}");
+    assert!((storm.effective_rate - 0.01).abs() < 1e-12);
+    assert_eq!(storm.effective_burst, 1.0);
+}

@@ -155,8 +155,8 @@ async fn an_upstream_answer_moves_the_sql_cadence_as_the_clients(pool: PgPool) {
                         Some(status),
                     );
                     let row = sqlx::query(include_str!("../../sql/adapt_cadence.sql"))
-                        .bind(quota)
-                        .bind(i32::from(status))
+                        .bind(vec![quota.clone()])
+                        .bind(vec![i32::from(status)])
                         .fetch_one(&mut *tx)
                         .await
                         .unwrap();
@@ -166,17 +166,17 @@ async fn an_upstream_answer_moves_the_sql_cadence_as_the_clients(pool: PgPool) {
                     );
                     assert_close(
                         &format!("{what}: factor"),
-                        row.get("factor!"),
+                        row.get("factor?"),
                         client.factor,
                     );
                     assert_close(
                         &format!("{what}: rate"),
-                        row.get("effective_rate!"),
+                        row.get("effective_rate?"),
                         client.limits.rate,
                     );
                     assert_close(
                         &format!("{what}: burst"),
-                        row.get("effective_burst!"),
+                        row.get("effective_burst?"),
                         client.limits.burst,
                     );
                     checked += 1;
