@@ -5,7 +5,7 @@
 -- already expired and was taken again is not found: nothing happens to it.
 -- With $3[i] (a flow) or $4[i] (a quota), a lease held by another flow or
 -- quota is left alone and its holder returned instead. Each lease id once
--- (the caller answers a repeat as not held: the first freed it).
+-- (the caller sends a repeat in a statement after: the first freed it).
 --
 -- The average folds each flow's samples in the order given: n single
 -- releases would each do avg = avg * 0.9 + held * 0.1 (the first sample of

@@ -30,6 +30,7 @@ pub struct WorkRegistry {
     claim_groups: claim_groups::ClaimGroups,
     busy_lanes: claim::BusyLanes,
     enqueues: enqueues::Enqueues,
+    finishes: enqueues::Finishes,
 }
 
 impl WorkRegistry {
@@ -50,6 +51,7 @@ impl WorkRegistry {
             claim_groups: Default::default(),
             busy_lanes: Default::default(),
             enqueues: Default::default(),
+            finishes: Default::default(),
         }
     }
 }

@@ -22,6 +22,18 @@ const RAW_CLAIMS_PER_SECOND_AT_MOST: i32 = 5000;
 #[derive(Deserialize)]
 struct ClaimAnswer {
     outcome: String,
+    #[serde(default)]
+    items: Vec<ClaimedItem>,
+}
+
+#[derive(Deserialize)]
+struct ClaimedItem {
+    item: ItemId,
+}
+
+#[derive(Deserialize)]
+struct ItemId {
+    id: i64,
 }
 
 /// `POST /v1/work` on `flow` for the arm's duration.
@@ -68,6 +80,50 @@ pub async fn claim(load: &Load, flow: &str) -> anyhow::Result<Arm> {
                 ("claimed", true) => Some("claimed after a 503"),
                 _ => Some("deferred"),
             })
+        }
+    })
+    .await
+}
+
+/// Whole worker cycles on `flow`'s queue, one item at a time per caller:
+/// enqueue an item, claim one (`max` = 1; a 503 is asked again), mark it
+/// done. Each cycle is one answer, counted by its claim's outcome.
+pub async fn claim_done_cycles(load: &Load, flow: &str) -> anyhow::Result<Arm> {
+    let (client, flow) = (load.client.clone(), flow.to_string());
+    load.drive("enqueue, claim, done", Stop::Elapsed, move |call| {
+        let (client, flow) = (client.clone(), flow.clone());
+        async move {
+            let worker = format!("cycle-{}", call.caller);
+            let item = json!({"flow": flow, "payload": {"n": call.n}});
+            client
+                .post_json(call.caller, "/v1/work", &item)
+                .await?
+                .success()?;
+            let claim = json!({"worker": worker, "flows": [flow], "max": 1});
+            let response = loop {
+                let response = client
+                    .post_json(call.caller, "/v1/work/claim", &claim)
+                    .await?;
+                if response.status != 503 {
+                    break response;
+                }
+                tokio::time::sleep(RETRY_AFTER_UNAVAILABLE).await;
+            };
+            let answer: ClaimAnswer = response.json()?;
+            let Some(claimed) = answer.items.first() else {
+                return Ok(Some(if answer.outcome == "empty" {
+                    "empty"
+                } else {
+                    "deferred"
+                }));
+            };
+            let done = format!("/v1/work/{}/done", claimed.item.id);
+            let body = json!({"worker": worker});
+            client
+                .post_json(call.caller, &done, &body)
+                .await?
+                .success()?;
+            Ok(Some("done"))
         }
     })
     .await

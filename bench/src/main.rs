@@ -238,7 +238,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = format!("admit, {callers} callers");
     let spread = admit::arm(&load, &name, &class, move || fastrand::usize(0..callers));
     let admit_spread = cpu::metered(pid, db, spread).await?;
-    let (mut enqueue, mut claims, mut raw_claim) = (None, None, None);
+    let (mut enqueue, mut claims, mut raw_claim, mut claim_done) = (None, None, None, None);
     if !args.no_claims {
         // The baseline first, on a queue of its own: after the claims arm the
         // table holds tens of thousands of items just claimed, whose dead
@@ -253,6 +253,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         enqueue = Some(cpu::metered(pid, db, enqueued).await?);
         let claimed = claims::claim(&load, &work);
         claims = Some(cpu::metered(pid, db, claimed).await?);
+        let cycle_flow = names.of("work-cycle");
+        let cycles = claims::claim_done_cycles(&load, &cycle_flow);
+        claim_done = Some(cpu::metered(pid, db, cycles).await?);
     }
     let over_demand = exactness::over_demand(&load, &names.of("capped"), args.ceiling).await?;
     let cadence_check = (args.cadence_rate, args.cadence_burst);
@@ -280,6 +283,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         admit_spread,
         enqueue,
         claims,
+        claim_done,
         bare_hot,
         bare_spread,
         raw_claim,
@@ -395,6 +399,7 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
     declare(store, &names.of("storm"), &adaptive, enforce).await?;
     declare(store, &names.of("batch"), &far, enforce).await?;
     declare(store, &names.of("work"), &far, enforce).await?;
+    declare(store, &names.of("work-cycle"), &far, enforce).await?;
     declare(store, &names.of("capped"), &capped, enforce).await?;
     declare(store, &names.of("paced"), &paced, enforce).await?;
     declare_many(store, &names.of("spread-"), args.quotas, &far, enforce).await?;

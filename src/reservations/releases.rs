@@ -9,9 +9,7 @@
 //! each quota's statuses, in the order they came — what one after the other
 //! would leave.
 
-use std::collections::HashMap;
-
-use crate::shell::gather::Batched;
+use crate::shell::gather::{rounds_of_distinct, Batched};
 use crate::store::{AdaptedCadence, LeaseRelease, ReleaseAsk, Store, StoreError};
 
 #[derive(Clone)]
@@ -53,59 +51,20 @@ impl Releases {
     }
 }
 
-/// Releases a group, each lease once: a repeat finds it freed by the first,
-/// as it would one release after the other, and hears "not held".
+/// Releases a group: a statement per round of distinct leases (the first
+/// release of each lease, then the second, …), so that a repeat finds the
+/// lease freed by the first and hears "not held", as it would alone.
 async fn release_group(
     store: Store,
     asks: Vec<ReleaseAsk>,
 ) -> Result<Vec<LeaseRelease>, StoreError> {
-    let (unique, first_of) = first_of_each_lease(&asks);
-    let released = store.release_leases(&unique).await?;
-    Ok(first_of
-        .into_iter()
-        .map(|first| first.map_or(LeaseRelease::NotHeld, |i| released[i].clone()))
-        .collect())
-}
-
-/// The asks with each lease once, in arrival order, and for each ask the
-/// position of its lease among them if it is the lease's first ask
-/// (`None`: a repeat).
-fn first_of_each_lease(asks: &[ReleaseAsk]) -> (Vec<ReleaseAsk>, Vec<Option<usize>>) {
-    let mut position: HashMap<i64, usize> = HashMap::new();
-    let mut unique = Vec::new();
-    let first_of = asks
-        .iter()
-        .map(|ask| {
-            if position.contains_key(&ask.lease_id) {
-                return None;
-            }
-            position.insert(ask.lease_id, unique.len());
-            unique.push(ask.clone());
-            Some(unique.len() - 1)
-        })
-        .collect();
-    (unique, first_of)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::LeaseScope;
-
-    fn ask(lease_id: i64) -> ReleaseAsk {
-        ReleaseAsk {
-            lease_id,
-            held_seconds: None,
-            scope: LeaseScope::default(),
+    let mut answers = vec![LeaseRelease::NotHeld; asks.len()];
+    for round in rounds_of_distinct(&asks, |ask| ask.lease_id) {
+        let round_asks: Vec<ReleaseAsk> = round.iter().map(|&i| asks[i].clone()).collect();
+        let released = store.release_leases(&round_asks).await?;
+        for (i, answer) in round.into_iter().zip(released) {
+            answers[i] = answer;
         }
     }
-
-    #[test]
-    fn a_lease_asked_twice_in_a_group_is_released_once() {
-        let asks: Vec<ReleaseAsk> = [7, 8, 7, 9, 8].into_iter().map(ask).collect();
-        let (unique, first_of) = first_of_each_lease(&asks);
-        let ids: Vec<i64> = unique.iter().map(|a| a.lease_id).collect();
-        assert_eq!(ids, [7, 8, 9]);
-        assert_eq!(first_of, [Some(0), Some(1), None, Some(2), None]);
-    }
+    Ok(answers)
 }

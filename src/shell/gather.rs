@@ -177,9 +177,39 @@ impl<A: Send + 'static, T: Send + 'static> Batched<A, T> {
     }
 }
 
+/// The positions of `asks` in rounds whose keys are distinct: the first ask
+/// of each key in the first round, the second in the second, …, each round
+/// in arrival order.
+pub(crate) fn rounds_of_distinct<A, K: std::hash::Hash + Eq>(
+    asks: &[A],
+    key: impl Fn(&A) -> K,
+) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<K, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (i, ask) in asks.iter().enumerate() {
+        let round = seen.entry(key(ask)).or_insert(0);
+        if rounds.len() <= *round {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(i);
+        *round += 1;
+    }
+    rounds
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repeats_go_to_later_rounds_in_arrival_order() {
+        let ids = [4, 5, 4, 6, 4, 5];
+        assert_eq!(
+            rounds_of_distinct(&ids, |id| *id),
+            [vec![0, 1, 3], vec![2, 5], vec![4]]
+        );
+        assert!(rounds_of_distinct(&[] as &[i64], |id| *id).is_empty());
+    }
 
     #[test]
     fn the_first_arrival_leads_and_later_ones_join_its_group() {

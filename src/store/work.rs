@@ -127,6 +127,14 @@ pub struct Backlog {
     pub next_not_before: Option<DateTime<Utc>>,
 }
 
+/// One finish of a group: worker `worker` finishes item `id` so.
+#[derive(Clone, Debug)]
+pub(crate) struct FinishAsk {
+    pub id: i64,
+    pub worker: String,
+    pub finish: Finish,
+}
+
 /// How a worker finishes a claimed item.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Finish {
@@ -209,35 +217,49 @@ impl Store {
             .await
     }
 
-    /// Marks the item emitted or releases it back to pending (claimable
-    /// again after its retry delay); `None` when `worker` does not hold its
-    /// claim. With the item comes the in-flight place lease its claim held,
-    /// which the caller frees.
-    pub(crate) async fn finish_work(
+    /// Finishes a group of claimed items in one statement, each item once
+    /// (`sql/work_finish.sql`): one answer per ask, in order — the item and
+    /// the in-flight place lease its claim held, or `None` when its worker
+    /// holds no claim on it.
+    pub(crate) async fn finish_works(
         &self,
-        id: i64,
-        worker: &str,
-        finish: Finish,
-    ) -> Result<Option<(WorkItem, Option<i64>)>, sqlx::Error> {
-        let (retry_in, retry_at) = match finish {
+        asks: &[FinishAsk],
+    ) -> Result<Vec<Option<(WorkItem, Option<i64>)>>, sqlx::Error> {
+        let ids: Vec<i64> = asks.iter().map(|a| a.id).collect();
+        let workers: Vec<String> = asks.iter().map(|a| a.worker.clone()).collect();
+        let done: Vec<bool> = asks
+            .iter()
+            .map(|a| matches!(a.finish, Finish::Done))
+            .collect();
+        let delays = asks.iter().map(|a| match a.finish {
             Finish::Release(RetryDelay::After(delay)) => (Some(delay.as_secs_f64()), None),
             Finish::Release(RetryDelay::At(at)) => (None, Some(at)),
             Finish::Release(RetryDelay::Backoff) | Finish::Done => (None, None),
-        };
-        let row = sqlx::query_file!(
+        });
+        let (retry_in, retry_at): (Vec<Option<f64>>, Vec<Option<DateTime<Utc>>>) = delays.unzip();
+        let rows = sqlx::query_file!(
             "sql/work_finish.sql",
-            id,
-            worker,
-            matches!(finish, Finish::Done),
-            retry_in,
-            retry_at,
+            &ids,
+            &workers,
+            &done,
+            &retry_in as &[Option<f64>],
+            &retry_at as &[Option<DateTime<Utc>>],
             RELEASE_BACKOFF_BASE.as_secs_f64(),
             RELEASE_BACKOFF_CAP.as_secs_f64(),
             MAX_RETRY_DELAY.as_secs_f64()
         )
-        .fetch_optional(self.pool())
+        .fetch_all(self.pool())
         .await?;
-        Ok(row.map(|r| (work_item!(r), r.place_lease_id)))
+        let mut finished: Vec<Option<(WorkItem, Option<i64>)>> = vec![None; asks.len()];
+        for r in rows {
+            let at = usize::try_from(r.position - 1)
+                .ok()
+                .filter(|&at| at < asks.len());
+            if let Some(at) = at {
+                finished[at] = Some((work_item!(r), r.place_lease_id));
+            }
+        }
+        Ok(finished)
     }
 
     /// Deletes up to `batch` items done longer than `retention` ago; how many.

@@ -3,8 +3,9 @@
 
 use super::WorkRegistry;
 use crate::shell::gather::{fail_all, Gather, Reply};
+use crate::shell::gather::{rounds_of_distinct, Batched};
 use crate::shell::Operation;
-use crate::store::work::Finish;
+use crate::store::work::{Finish, FinishAsk};
 use crate::store::StoreError;
 use crate::store::{NewWork, WorkItem};
 
@@ -64,13 +65,23 @@ impl WorkRegistry {
     }
 
     /// Done or released; `None` when `worker` holds no claim on it.
+    /// Concurrent finishes share one statement per group (each item once
+    /// in a statement: a second finish of an item in the group runs after
+    /// the first, as it would alone).
     pub(crate) async fn finish_work(
         &self,
         id: i64,
         worker: &str,
         finish: Finish,
     ) -> Result<Option<WorkItem>, StoreError> {
-        let finished = self.store.finish_work(id, worker, finish);
+        let ask = FinishAsk {
+            id,
+            worker: worker.to_string(),
+            finish,
+        };
+        let store = self.store.clone();
+        let group = move |asks: Vec<FinishAsk>| finish_group(store.clone(), asks);
+        let finished = self.finishes.ask(ask, group);
         let Some((item, place_lease)) = self.shell.run(Operation::FinishWork, finished).await?
         else {
             return Ok(None);
@@ -85,4 +96,25 @@ impl WorkRegistry {
         }
         Ok(Some(item))
     }
+}
+
+/// One queue of finishes, whatever the flow.
+pub(crate) type Finishes = Batched<FinishAsk, Option<(WorkItem, Option<i64>)>>;
+
+/// Finishes a group: a statement per round of distinct items (the first
+/// finish of each item, then the second, …), so that a repeat runs after
+/// the finish it follows, as it would alone.
+async fn finish_group(
+    store: crate::store::Store,
+    asks: Vec<FinishAsk>,
+) -> Result<Vec<Option<(WorkItem, Option<i64>)>>, StoreError> {
+    let mut answers = vec![None; asks.len()];
+    for round in rounds_of_distinct(&asks, |ask| ask.id) {
+        let round_asks: Vec<FinishAsk> = round.iter().map(|&i| asks[i].clone()).collect();
+        let finished = store.finish_works(&round_asks).await?;
+        for (i, answer) in round.into_iter().zip(finished) {
+            answers[i] = answer;
+        }
+    }
+    Ok(answers)
 }

@@ -232,3 +232,58 @@ async fn a_group_of_upstream_reports_adapts_as_one_after_another(pool: PgPool) {
     assert!((storm.effective_rate - 0.01).abs() < 1e-12);
     assert_eq!(storm.effective_burst, 1.0);
 }
+
+/// 40 claimed items on 40 places finished at once, each twice: done twice
+/// (the second a no-op that answers the item) for half of them, released
+/// twice (the second finds it pending: 409) for the others. Every place is
+/// free once, every item in the state its first finish left it.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn concurrent_finishes_of_work_items_each_finish_once(pool: PgPool) {
+    create_flow(&pool, "api", 1_000_000, "sync", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 40").await;
+    let app = Arc::new(TestApp::spawn(pool.clone()).await);
+    crate::work::enqueue_n(&app, "sync", 40).await;
+    let claimed: Value = app
+        .post_json("/v1/work/claim", json!({"worker": "w", "max": 40}))
+        .await;
+    let items: Vec<i64> = claimed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["item"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(items.len(), 40);
+    assert_eq!(free_places(&pool, "api").await, 0);
+    let mut finishes = Vec::new();
+    for (n, id) in items.iter().enumerate() {
+        let verb = if n % 2 == 0 { "done" } else { "release" };
+        for _ in 0..2 {
+            let app = app.clone();
+            let path = format!("/v1/work/{id}/{verb}");
+            finishes.push(tokio::spawn(async move {
+                let answer = app
+                    .post(&path)
+                    .json(&json!({"worker": "w"}))
+                    .send()
+                    .await
+                    .unwrap();
+                (verb, answer.status().as_u16())
+            }));
+        }
+    }
+    let mut statuses: Vec<(&str, u16)> = Vec::new();
+    for finish in finishes {
+        statuses.push(finish.await.unwrap());
+    }
+    let count = |verb: &str, status: u16| statuses.iter().filter(|s| **s == (verb, status)).count();
+    assert_eq!(count("done", 200), 40, "done twice: both answer the item");
+    assert_eq!(count("release", 200), 20, "each release once");
+    assert_eq!(statuses.len(), 80);
+    assert_eq!(free_places(&pool, "api").await, 40);
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM work_item GROUP BY state ORDER BY state")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(states, [("done".into(), 20), ("pending".into(), 20)]);
+}
