@@ -28,15 +28,7 @@ pub async fn declare(
 ) -> anyhow::Result<()> {
     store.put_quota(ACTOR, name, settings).await?;
     if let Some(mode) = mode {
-        let flow = FlowSettings {
-            quota: QuotaName::parse(name).map_err(anyhow::Error::msg)?,
-            further_quotas: Vec::new(),
-            mode,
-            priority: DEFAULT_PRIORITY,
-            enforce_percent: None,
-            fallback: Fallback::Off,
-        };
-        store.put_flow(ACTOR, name, &flow, None).await?;
+        declare_spending(store, name, &[name], mode).await?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@
 //! each quota's statuses, in the order they came — what one after the other
 //! would leave.
 
-use crate::shell::gather::{rounds_of_distinct, Batched};
+use crate::shell::gather::{in_rounds, Batched};
 use crate::store::{AdaptedCadence, LeaseRelease, ReleaseAsk, Store, StoreError};
 
 #[derive(Clone)]
@@ -58,13 +58,13 @@ async fn release_group(
     store: Store,
     asks: Vec<ReleaseAsk>,
 ) -> Result<Vec<LeaseRelease>, StoreError> {
-    let mut answers = vec![LeaseRelease::NotHeld; asks.len()];
-    for round in rounds_of_distinct(&asks, |ask| ask.lease_id) {
-        let round_asks: Vec<ReleaseAsk> = round.iter().map(|&i| asks[i].clone()).collect();
-        let released = store.release_leases(&round_asks).await?;
-        for (i, answer) in round.into_iter().zip(released) {
-            answers[i] = answer;
-        }
-    }
-    Ok(answers)
+    in_rounds(
+        &asks,
+        |ask| ask.lease_id,
+        |round| {
+            let store = store.clone();
+            async move { Ok(store.release_leases(&round).await?) }
+        },
+    )
+    .await
 }

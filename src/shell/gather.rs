@@ -177,6 +177,36 @@ impl<A: Send + 'static, T: Send + 'static> Batched<A, T> {
     }
 }
 
+/// Answers `asks` a round of distinct keys at a time (`rounds_of_distinct`),
+/// each round by one call of `answer`, so that a repeat comes after what it
+/// repeats, as it would alone; the answers in the order asked.
+pub(crate) async fn in_rounds<A, K, T, F, Fut>(
+    asks: &[A],
+    key: impl Fn(&A) -> K,
+    answer: F,
+) -> Result<Vec<T>, StoreError>
+where
+    A: Clone,
+    K: Hash + Eq,
+    F: Fn(Vec<A>) -> Fut,
+    Fut: Future<Output = Result<Vec<T>, StoreError>>,
+{
+    let mut answers: Vec<Option<T>> = asks.iter().map(|_| None).collect();
+    for round in rounds_of_distinct(asks, key) {
+        let round_asks: Vec<A> = round.iter().map(|&i| asks[i].clone()).collect();
+        let answered = answer(round_asks).await?;
+        if answered.len() != round.len() {
+            return Err(StoreError::Failed(
+                "a round's answers do not match its asks".into(),
+            ));
+        }
+        for (i, one) in round.into_iter().zip(answered) {
+            answers[i] = Some(one);
+        }
+    }
+    Ok(answers.into_iter().flatten().collect())
+}
+
 /// The positions of `asks` in rounds whose keys are distinct: the first ask
 /// of each key in the first round, the second in the second, …, each round
 /// in arrival order.

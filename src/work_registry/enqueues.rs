@@ -3,7 +3,7 @@
 
 use super::WorkRegistry;
 use crate::shell::gather::{fail_all, Gather, Reply};
-use crate::shell::gather::{rounds_of_distinct, Batched};
+use crate::shell::gather::{in_rounds, Batched};
 use crate::shell::Operation;
 use crate::store::work::{Finish, FinishAsk};
 use crate::store::StoreError;
@@ -108,13 +108,13 @@ async fn finish_group(
     store: crate::store::Store,
     asks: Vec<FinishAsk>,
 ) -> Result<Vec<Option<(WorkItem, Option<i64>)>>, StoreError> {
-    let mut answers = vec![None; asks.len()];
-    for round in rounds_of_distinct(&asks, |ask| ask.id) {
-        let round_asks: Vec<FinishAsk> = round.iter().map(|&i| asks[i].clone()).collect();
-        let finished = store.finish_works(&round_asks).await?;
-        for (i, answer) in round.into_iter().zip(finished) {
-            answers[i] = answer;
-        }
-    }
-    Ok(answers)
+    in_rounds(
+        &asks,
+        |ask| ask.id,
+        |round| {
+            let store = store.clone();
+            async move { Ok(store.finish_works(&round).await?) }
+        },
+    )
+    .await
 }
