@@ -268,10 +268,12 @@ pub mod schema {
 /// Integer fields: JSON Schema counts `226.0` as the integer 226, so the
 /// server does too (serde alone refuses it); `226.5` is refused.
 pub mod integer {
+    use std::collections::BTreeMap;
     use std::fmt;
     use std::marker::PhantomData;
 
     use serde::de::{self, Deserializer, Visitor};
+    use serde::Deserialize;
 
     use crate::domain::Patch;
 
@@ -291,6 +293,42 @@ pub mod integer {
         T: TryFrom<i64>,
     {
         optional(d)?.ok_or_else(|| de::Error::custom("an integer is required, not null"))
+    }
+
+    /// Amounts by name (`{"llm-tokens": 3500}`), each an integer as
+    /// JSON Schema counts one.
+    /// `#[serde(default, deserialize_with = "crate::domain::input::integer::amounts")]`
+    pub(crate) fn amounts<'de, D>(d: D) -> Result<BTreeMap<String, i64>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        let map = BTreeMap::<String, Amount>::deserialize(d)?;
+        Ok(map
+            .into_iter()
+            .map(|(name, amount)| (name, amount.0))
+            .collect())
+    }
+
+    /// [`amounts`], or `null`.
+    pub(crate) fn optional_amounts<'de, D>(d: D) -> Result<Option<BTreeMap<String, i64>>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        let map = Option::<BTreeMap<String, Amount>>::deserialize(d)?;
+        Ok(map.map(|map| {
+            map.into_iter()
+                .map(|(name, amount)| (name, amount.0))
+                .collect()
+        }))
+    }
+
+    /// One amount of a map.
+    struct Amount(i64);
+
+    impl<'de> Deserialize<'de> for Amount {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            required(d).map(Amount)
+        }
     }
 
     /// A merge-patch integer: `null` removes, a value sets.

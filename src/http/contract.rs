@@ -50,17 +50,23 @@ fn refine_bodies(openapi: &mut OpenApi) {
         ),
         (
             "FlowBody",
-            vec![input::schema::any_of([
-                json!({"type": "object", "properties": {"enforce_percent": absent}}),
-                json!({"type": "object", "required": ["mode"], "properties": {"mode": {"type": "string", "enum": ["enforce"]}}}),
-            ])],
+            vec![
+                input::schema::any_of([
+                    json!({"type": "object", "properties": {"enforce_percent": absent}}),
+                    json!({"type": "object", "required": ["mode"], "properties": {"mode": {"type": "string", "enum": ["enforce"]}}}),
+                ]),
+                input::schema::any_of([
+                    json!({"type": "object", "required": ["quota"], "properties": {"quota": {"type": "string"}, "quotas": absent}}),
+                    json!({"type": "object", "required": ["quotas"], "properties": {"quotas": {"type": "array"}, "quota": absent}}),
+                ]),
+            ],
         ),
         (
             "ReserveBody",
             vec![input::schema::any_of([
                 json!({"type": "object", "properties": {"spend": absent}}),
                 json!({"type": "object", "required": ["spend"], "properties": {
-                    "spend": {"type": "object"}, "count": absent,
+                    "spend": {"type": "object"},
                     "settle": {"type": ["boolean", "null"], "enum": [true, null]}}}),
             ])],
         ),

@@ -42,7 +42,10 @@ pub(crate) struct ReserveBody {
     /// name (`{"llm-tokens": 3500}`, up to 10^9 each): reserved like
     /// `count`, and to be settled to the actual. A quota of the flow it
     /// does not name is spent `count`.
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "crate::domain::input::integer::optional_amounts"
+    )]
     #[schema(schema_with = crate::domain::input::schema::spend)]
     pub(crate) spend: Option<std::collections::BTreeMap<String, i64>>,
 }
@@ -63,6 +66,12 @@ impl ReserveBody {
         }
         if spend.is_empty() {
             return Err("`spend` names at least one quota the flow spends".into());
+        }
+        if spend.len() > crate::domain::catalog::MAX_FLOW_QUOTAS {
+            return Err(format!(
+                "`spend` names at most {} quotas: a flow spends no more",
+                crate::domain::catalog::MAX_FLOW_QUOTAS
+            ));
         }
         let rule = state
             .catalog

@@ -24,7 +24,7 @@ pub(crate) struct SettleBody {
     pub(crate) reservation_id: i64,
     /// What the call actually spent of the reservation's quotas, by quota
     /// name (`{"llm-tokens": 2310}`); a quota left out: spent as estimated.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::input::integer::amounts")]
     #[schema(schema_with = crate::domain::input::schema::spent)]
     pub(crate) spent: BTreeMap<String, i64>,
 }
