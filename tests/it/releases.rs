@@ -287,3 +287,46 @@ async fn concurrent_finishes_of_work_items_each_finish_once(pool: PgPool) {
             .unwrap();
     assert_eq!(states, [("done".into(), 20), ("pending".into(), 20)]);
 }
+
+/// A lease lasts twice its flow's average hold time, never under 5 s nor
+/// over 60 s, and 30 s before any history: the average's blend reaches the
+/// next lease.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_lease_lasts_twice_the_average_hold_between_5_and_60_seconds(pool: PgPool) {
+    create_flow(&pool, "api", 1_000_000, "invoice", "enforce").await;
+    set_limits(&pool, "api", "max_in_flight = 4").await;
+    let (store, quota) = (Store::new(pool.clone()), places("api", 4));
+    let lease_seconds = |lease_id: i64| {
+        let pool = pool.clone();
+        async move {
+            let seconds: f64 = sqlx::query_scalar(
+                "SELECT extract(epoch FROM valid_until - taken_at)::float8
+                 FROM quota_place WHERE lease_id = $1",
+            )
+            .bind(lease_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            seconds
+        }
+    };
+    let mut held = Vec::new();
+    // No history: 30 s. Then held 1 s (average 1: 5 s, the floor), 20 s
+    // (1 × 0.9 + 20 × 0.1 = 2.9: 5.8 s), 400 s (2.9 × 0.9 + 40 = 42.61: the
+    // 60 s cap).
+    for (held_seconds, expected) in [(1.0, 30.0), (20.0, 5.0), (400.0, 5.8), (0.0, 60.0)] {
+        let lease = leases(&store, &quota, "invoice", 1).await[0];
+        let seconds = lease_seconds(lease).await;
+        assert!(
+            (seconds - expected).abs() < 1e-6,
+            "{seconds} s, expected {expected} s"
+        );
+        assert!(store
+            .release_lease(lease, Some(held_seconds))
+            .await
+            .unwrap()
+            .is_some());
+        held.push(held_seconds);
+    }
+    assert_eq!(average(&pool, "invoice").await.1, 4, "{held:?}");
+}
