@@ -82,6 +82,11 @@ pub enum Limit {
 pub const MAX_CEILING: i64 = 1 << 53;
 /// Largest cadence: refill arithmetic stays finite.
 pub const MAX_RATE: f64 = 1e6;
+/// Smallest cadence (one token in about 11.6 days): a refill of `rate ×
+/// seconds` stays a normal double for any interval a bucket sees, where a
+/// rate near the smallest double underflows, which PostgreSQL reports as an
+/// error (a store failure for every decision on the quota).
+pub const MIN_RATE: f64 = 1e-6;
 pub const MAX_BURST: f64 = 1e9;
 
 /// One field of a merge patch.

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use crate::domain::ratelimit_fields::{self, whole_seconds};
-use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
+use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE, MIN_RATE};
 
 /// Window lengths a route class may count capacity in: the divisors of an
 /// hour, so windows stay aligned on the UTC hour.
@@ -33,7 +33,7 @@ pub struct RouteClassSettings {
     #[schema(minimum = 1, maximum = 1e9)]
     pub burst: f64,
     /// Each caller's sustained rate, requests per second.
-    #[schema(exclusive_minimum = 0, maximum = 1e6)]
+    #[schema(minimum = 1e-6, maximum = 1e6)]
     pub rate: f64,
     /// Admissions per window shared by every caller of the class.
     #[schema(minimum = 1, maximum = 9007199254740992_i64)]
@@ -63,9 +63,9 @@ impl RouteClassSettings {
         if !(self.burst >= 1.0 && self.burst <= MAX_BURST) {
             return Err(format!("`burst` must be between 1 and {MAX_BURST}"));
         }
-        if !(self.rate > 0.0 && self.rate <= MAX_RATE) {
+        if !(MIN_RATE..=MAX_RATE).contains(&self.rate) {
             return Err(format!(
-                "`rate` must be above 0 and at most {MAX_RATE} per second"
+                "`rate` must be between {MIN_RATE} and {MAX_RATE} per second"
             ));
         }
         if !(1..=MAX_CEILING).contains(&self.capacity) {

@@ -18,7 +18,7 @@ pub use settings::{
 };
 
 pub use crate::domain::input::{name as validate_name, MAX_NAME_LEN};
-pub use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE};
+pub use crate::domain::{Patch, MAX_BURST, MAX_CEILING, MAX_RATE, MIN_RATE};
 /// Checks a ceiling; the same bounds as the table's CHECK.
 pub(crate) fn validate_ceiling(field: &str, ceiling: i64) -> Result<(), String> {
     if !(0..=MAX_CEILING).contains(&ceiling) {
@@ -31,13 +31,13 @@ pub(crate) fn validate_ceiling(field: &str, ceiling: i64) -> Result<(), String> 
 pub(crate) fn validate_cadence(rate: Option<f64>, burst: Option<f64>) -> Result<(), String> {
     match (rate, burst) {
         (Some(rate), Some(burst))
-            if rate > 0.0 && rate <= MAX_RATE && (1.0..=MAX_BURST).contains(&burst) =>
+            if (MIN_RATE..=MAX_RATE).contains(&rate) && (1.0..=MAX_BURST).contains(&burst) =>
         {
             Ok(())
         }
         (None, None) => Ok(()),
         _ => Err(format!(
-            "`rate` (0 < rate <= {MAX_RATE}) and `burst` (1 <= burst <= {MAX_BURST}) go together"
+            "`rate` ({MIN_RATE} <= rate <= {MAX_RATE}) and `burst` (1 <= burst <= {MAX_BURST}) go together"
         )),
     }
 }

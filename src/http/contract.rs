@@ -43,7 +43,7 @@ fn refine_bodies(openapi: &mut OpenApi) {
             "QuotaLimits",
             vec![input::schema::any_of([
                 json!({"type": "object", "required": ["rate", "burst"], "properties": {
-                    "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": crate::domain::catalog::MAX_RATE},
+                    "rate": {"type": "number", "minimum": crate::domain::catalog::MIN_RATE, "maximum": crate::domain::catalog::MAX_RATE},
                     "burst": {"type": "number", "minimum": 1, "maximum": crate::domain::catalog::MAX_BURST}}}),
                 json!({"type": "object", "properties": {"rate": absent, "burst": absent}}),
             ])],

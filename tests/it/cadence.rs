@@ -618,3 +618,39 @@ async fn a_reported_duration_feeds_the_flows_average_hold_time(pool: PgPool) {
         "first sample"
     );
 }
+
+/// A rate near the smallest double would underflow in the refill (an error
+/// for every decision on the quota): the API refuses a rate below 10⁻⁶ per
+/// second for a quota and a route class, and so does the table.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_rate_too_small_to_refill_is_refused_everywhere(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    for rate in [5e-324, 1e-7] {
+        let quota = app
+            .admin(reqwest::Method::PUT, "/v1/quotas/tiny")
+            .json(&json!({"hourly_ceiling": 10, "rate": rate, "burst": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(quota.status(), 422, "quota rate {rate}");
+        let class = app
+            .admin(reqwest::Method::PUT, "/v1/route-classes/tiny")
+            .json(&json!({"burst": 1, "rate": rate, "capacity": 10,
+                          "window_seconds": 60, "tenant_share": 1.0}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(class.status(), 422, "route class rate {rate}");
+    }
+    let smallest = app
+        .admin(reqwest::Method::PUT, "/v1/quotas/tiny")
+        .json(&json!({"hourly_ceiling": 10, "rate": 1e-6, "burst": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(smallest.status(), 200);
+    let raw = sqlx::query("UPDATE quota SET rate = 1e-300 WHERE name = 'tiny'")
+        .execute(&pool)
+        .await;
+    assert!(raw.is_err(), "the table refuses it too");
+}
