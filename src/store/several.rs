@@ -2,6 +2,7 @@
 //! decides a group of them, each all or nothing across every window of
 //! every quota it spends (`sql/functions/take_linked.sql`).
 
+use super::slots::WindowArrays;
 use super::Store;
 use crate::domain::catalog::QuotaRule;
 use crate::domain::window::WindowCount;
@@ -28,15 +29,14 @@ pub struct SeveralTake {
 }
 
 /// The legs of `calls`, end to end, as the statement takes them: leg i is
-/// one window of one quota of call `call[i]` (from 1).
+/// one window of one quota of call `windows.quota[i]` (from 1), with the
+/// ceiling the call's flow may reach there (`WindowArrays`, as the
+/// one-quota takes lay windows out), its quota's name and its amount.
 #[derive(Default)]
 struct Legs {
-    call: Vec<i32>,
+    windows: WindowArrays,
     quota: Vec<String>,
-    period: Vec<String>,
-    zone: Vec<Option<String>>,
     amount: Vec<i64>,
-    ceiling: Vec<i64>,
 }
 
 impl Legs {
@@ -44,13 +44,10 @@ impl Legs {
         let mut legs = Legs::default();
         for (i, call) in calls.iter().enumerate() {
             for (quota, amount, share) in &call.quotas {
-                for window in &quota.windows {
-                    legs.call.push(i32::try_from(i + 1).unwrap_or(i32::MAX));
+                legs.windows.push(i, &quota.windows, *share, false);
+                for _ in &quota.windows {
                     legs.quota.push(quota.name.clone());
-                    legs.period.push(window.period.to_string());
-                    legs.zone.push(window.zone.clone());
                     legs.amount.push(*amount);
-                    legs.ceiling.push(window.ceiling_for(*share));
                 }
             }
         }
@@ -71,17 +68,17 @@ impl Store {
         let legs = Legs::of(calls);
         let rows = sqlx::query_file!(
             "sql/take_linked.sql",
-            &legs.call,
+            &legs.windows.quota,
             &legs.quota,
-            &legs.period,
-            &legs.zone as &[Option<String>],
+            &legs.windows.periods,
+            &legs.windows.zones as &[Option<String>],
             &legs.amount,
-            &legs.ceiling,
+            &legs.windows.ceilings,
             regardless
         )
         .fetch_all(self.pool())
         .await?;
-        if rows.len() != legs.call.len() {
+        if rows.len() != legs.quota.len() {
             return Err(sqlx::Error::RowNotFound);
         }
         let mut rows = rows.into_iter();
