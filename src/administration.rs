@@ -17,7 +17,7 @@ use crate::domain::admission::{RouteClassPatch, RouteClassSettings};
 use crate::domain::catalog::{FlowPatch, FlowSettings, QuotaPatch, QuotaSettings};
 use crate::domain::{FlowName, QuotaName};
 use crate::metrics::{Metrics, WindowUsage};
-use crate::report::{self, Report};
+use crate::report::{self, Report, WhatIf};
 use crate::shell::{Operation, Shell};
 use crate::store::{
     CatalogError, FlowRow, QuotaRow, RouteClassRow, Store, StoreError, WhenMissing, WindowRow,
@@ -208,18 +208,19 @@ impl Administration {
         self.shell.run(Operation::ReadHistory, read).await
     }
 
-    /// The observe-mode report over the last `since_hours` (design.md §6).
+    /// The observe-mode report over the last `since_hours` (design.md §6);
+    /// the inner `Err` is a what-if for a window no reported quota has.
     pub(crate) async fn observe_report(
         &self,
         quota: Option<&QuotaName>,
         since_hours: i32,
-        what_if_ceiling: Option<i64>,
-    ) -> Result<Report, StoreError> {
+        what_if: &WhatIf,
+    ) -> Result<Result<Report, String>, StoreError> {
         let report = report::observe_report(
             &self.store,
             quota.map(QuotaName::as_str),
             since_hours,
-            what_if_ceiling,
+            what_if,
             self.history_retention,
         );
         self.shell.run(Operation::ReadHistory, report).await

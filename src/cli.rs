@@ -46,9 +46,12 @@ pub enum Command {
         /// Period to look back (7d, 36h, ...).
         #[arg(long, default_value = "7d")]
         since: String,
-        /// What-if: as if the quota's ceiling were N (changes nothing).
+        /// What-if: as if the quota's `1h` window had a ceiling of N (changes nothing).
         #[arg(long)]
         ceiling: Option<i64>,
+        /// What-if per window, repeatable: `--what-if 1d=8000` (changes nothing).
+        #[arg(long = "what-if", value_name = "PERIOD=CEILING")]
+        what_if: Vec<String>,
     },
     /// API keys for `auth = "keys"`: create (shown once), list, revoke.
     Keys {

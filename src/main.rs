@@ -4,6 +4,7 @@ use clap::Parser;
 
 use quota_arbiter::cli::{Cli, Command};
 use quota_arbiter::config::{self, Config};
+use quota_arbiter::report::WhatIf;
 use quota_arbiter::startup::Application;
 use quota_arbiter::{operator, store, telemetry};
 
@@ -92,9 +93,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             quota,
             since,
             ceiling,
+            what_if,
         } => {
             let store = operator::connect(&config).await?;
-            operator::report(&store, &config, quota.as_deref(), &since, ceiling).await?
+            let what_if = (!what_if.is_empty()).then(|| what_if.join(","));
+            let what_if = WhatIf::parse(what_if.as_deref(), ceiling).map_err(anyhow::Error::msg)?;
+            operator::report(&store, &config, quota.as_deref(), &since, &what_if).await?
         }
         Command::Keys { command } => {
             operator::keys::run(&operator::connect(&config).await?, command).await?

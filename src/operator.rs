@@ -11,7 +11,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use crate::cli::{FlowArgs, QuotaArgs};
 use crate::config::Config;
 use crate::domain::QuotaName;
-use crate::report::{self, Report};
+use crate::report::{self, Report, WhatIf};
 use crate::store::{CatalogError, FlowRow, Store, WhenMissing};
 
 pub async fn connect(config: &Config) -> anyhow::Result<Store> {
@@ -191,12 +191,12 @@ pub async fn report(
     config: &Config,
     quota: Option<&str>,
     since: &str,
-    ceiling: Option<i64>,
+    what_if: &WhatIf,
 ) -> anyhow::Result<()> {
     let since = report::parse_since(since).map_err(|e| anyhow::anyhow!("--since {e}"))?;
     known_quota(store, quota).await?;
-    let report =
-        report::observe_report(store, quota, since, ceiling, config.history_retention).await?;
+    let report = report::observe_report(store, quota, since, what_if, config.history_retention);
+    let report = report.await?.map_err(anyhow::Error::msg)?;
     print_report(&report);
     Ok(())
 }
@@ -208,7 +208,17 @@ fn print_report(report: &Report) {
     }
     for flow in &report.flows {
         println!("{}", flow.verdict);
-        println!("  quota {} (ceiling {})", flow.quota, flow.hourly_ceiling);
+        for window in &flow.windows {
+            let ceiling = match window.what_if_ceiling {
+                Some(what_if) => format!("what-if {what_if}, own {}", window.ceiling),
+                None => window.ceiling.to_string(),
+            };
+            let fullest = window.fullest.as_ref().map_or(0, |f| f.count);
+            println!(
+                "  {} {} (ceiling {ceiling}): {} of {} windows over, {} slots over, fullest {fullest}",
+                window.quota, window.period, window.windows_over, window.windows, window.slots_over
+            );
+        }
         if let Some(with_deadline) = flow.would_defer_with_deadline {
             println!("  of which carried a deadline: {with_deadline}");
         }

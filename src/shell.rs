@@ -172,7 +172,7 @@ no_clock!(
     Vec<crate::store::QuotaShare>,
     crate::store::LeaseRelease,
     Option<crate::store::AdaptedCadence>,
-    crate::report::Report,
+    Result<crate::report::Report, String>,
     crate::domain::admission::Admission,
     Vec<crate::domain::admission::Admission>,
     crate::store::work::Backlog,

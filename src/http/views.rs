@@ -15,7 +15,7 @@ use super::extract::{Admin, ApiQuery};
 use super::AppState;
 use crate::domain::QuotaName;
 use crate::metrics;
-use crate::report::{self, Report};
+use crate::report::{self, Report, WhatIf};
 use crate::store::WindowRow;
 
 /// At most a month of hourly windows in one answer.
@@ -89,9 +89,16 @@ pub(crate) struct ReportQuery {
     pub(crate) quota: Option<String>,
     /// Period to look back, e.g. `7d`, `36h` (default 7d), from 1 hour to 366 days.
     pub(crate) since: Option<String>,
-    /// What-if: recompute as if the ceiling were this value.
+    /// What-if: as if the quotas' `1h` windows had this ceiling.
     #[param(minimum = 0, maximum = 9007199254740992_i64)]
     pub(crate) ceiling: Option<i64>,
+    /// What-if per window: `PERIOD=CEILING`, comma-separated (`1m=400,1d=8000`),
+    /// as if the quotas' windows of those periods had those ceilings.
+    #[param(
+        example = "1m=400,1d=8000",
+        pattern = "^[0-9a-z]{2,6}=[0-9]{1,16}(,[0-9a-z]{2,6}=[0-9]{1,16}){0,15}$"
+    )]
+    pub(crate) what_if: Option<String>,
 }
 
 /// What enforcement would have done to each flow still in observe mode.
@@ -106,20 +113,14 @@ pub(crate) async fn observe_report(
     let since = query.since.as_deref().unwrap_or("7d");
     crate::domain::input::text(since).map_err(|why| ApiError::Invalid(format!("`since` {why}")))?;
     let since = report::parse_since(since).map_err(ApiError::Invalid)?;
+    let what_if =
+        WhatIf::parse(query.what_if.as_deref(), query.ceiling).map_err(ApiError::Invalid)?;
     let quota = known_quota(&state, query.quota).await?;
-    if query
-        .ceiling
-        .is_some_and(|c| !(0..=crate::domain::catalog::MAX_CEILING).contains(&c))
-    {
-        return Err(ApiError::Invalid(format!(
-            "`ceiling` must be between 0 and {}",
-            crate::domain::catalog::MAX_CEILING
-        )));
-    }
     let report = state
         .administration
-        .observe_report(quota.as_ref(), since, query.ceiling)
-        .await?;
+        .observe_report(quota.as_ref(), since, &what_if)
+        .await?
+        .map_err(ApiError::Invalid)?;
     Ok(Json(report))
 }
 

@@ -359,7 +359,24 @@ pub struct ObserveTally {
     pub decisions: i64,
     pub would_defer: i64,
     pub would_defer_with_deadline: i64,
-    pub window_count: i64,
+}
+
+/// A window's count, as the observe report reads it (`sql/report_windows.sql`).
+#[derive(Clone, Debug)]
+pub struct CountedWindow {
+    pub quota: String,
+    pub period: String,
+    pub window_start: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    pub count: i64,
+}
+
+/// The decisions that spent a quota in an hour (`sql/report_spent_hours.sql`).
+#[derive(Clone, Debug)]
+pub struct SpentHour {
+    pub quota: String,
+    pub window_start: DateTime<Utc>,
+    pub spent: i64,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -385,6 +402,29 @@ impl Store {
         hours: i32,
     ) -> Result<Vec<ObserveTally>, sqlx::Error> {
         sqlx::query_file_as!(ObserveTally, "sql/report_observe.sql", quota, hours)
+            .fetch_all(self.pool())
+            .await
+    }
+
+    /// The windows of the quotas that flows still in observe mode spend
+    /// (those of `quota`, or all) overlapping the last `hours`, with counts.
+    pub(crate) async fn report_windows(
+        &self,
+        quota: Option<&str>,
+        hours: i32,
+    ) -> Result<Vec<CountedWindow>, sqlx::Error> {
+        sqlx::query_file_as!(CountedWindow, "sql/report_windows.sql", quota, hours)
+            .fetch_all(self.pool())
+            .await
+    }
+
+    /// Per quota of `quotas` and hour from `from` on, the decisions that spent it.
+    pub(crate) async fn report_spent_hours(
+        &self,
+        quotas: &[String],
+        from: DateTime<Utc>,
+    ) -> Result<Vec<SpentHour>, sqlx::Error> {
+        sqlx::query_file_as!(SpentHour, "sql/report_spent_hours.sql", quotas, from)
             .fetch_all(self.pool())
             .await
     }

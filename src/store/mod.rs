@@ -28,7 +28,10 @@ mod slots;
 mod stream;
 pub mod work;
 
-pub use admin::{CatalogError, FlowRow, ObserveTally, QuotaRow, UsageRow, WhenMissing, WindowRow};
+pub use admin::{
+    CatalogError, CountedWindow, FlowRow, ObserveTally, QuotaRow, SpentHour, UsageRow, WhenMissing,
+    WindowRow,
+};
 pub use admit::RouteClassRow;
 pub use bootstrap::{
     connect_lazy, ensure_database, migrate, objects_fingerprint, recorded_fingerprint,

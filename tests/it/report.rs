@@ -6,7 +6,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{create_flow, eventually, pin_clock, TestApp};
+use crate::helpers::{cli, create_flow, eventually, pin_clock, stdout, TestApp};
 
 /// Would-defers per flow, as a report lists them.
 fn would_defer_by_flow(report: &Value) -> Vec<(String, i64)> {
@@ -97,4 +97,108 @@ async fn the_what_if_at_the_quotas_own_ceiling_is_the_plain_report(pool: PgPool)
         "{everyone:?}"
     );
     assert_eq!(would_defer_by_flow(&report("&quota=ppf").await), expected);
+}
+
+/// The report per window (design.md §12): every window of a quota with how
+/// often and by how much it went over, and a what-if per period estimated
+/// from every window's count (exact here: one flow, one slot a decision).
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn the_report_and_its_what_if_cover_every_window(pool: PgPool) {
+    let minute_ten = pin_clock(&pool, 10).await;
+    let app = TestApp::spawn(minute_ten).await;
+    let windows = json!([{"period": "1m", "ceiling": 3}, {"period": "1h", "ceiling": 10}]);
+    app.admin_json(
+        Method::PUT,
+        "/v1/quotas/llm",
+        Some(json!({ "windows": windows })),
+    )
+    .await;
+    let flow = json!({"quota": "llm", "mode": "observe"});
+    app.admin_json(Method::PUT, "/v1/flows/chat", Some(flow))
+        .await;
+    // Minute 10 counts 5 (the 4th and 5th over its 3), minute 11 counts 4
+    // (the 4th over); the hour counts 9 of its 10.
+    let mut would_defer = Vec::new();
+    for _ in 0..5 {
+        would_defer.push(app.reserve(json!({"flow": "chat"})).await.would_defer);
+    }
+    let app = TestApp::spawn(pin_clock(&pool, 11).await).await;
+    for _ in 0..4 {
+        would_defer.push(app.reserve(json!({"flow": "chat"})).await.would_defer);
+    }
+    let over = [false, false, false, true, true, false, false, false, true];
+    assert_eq!(would_defer, over);
+    let tallied = eventually(Duration::from_secs(5), (9, 3), || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT coalesce(sum(granted), 0)::bigint, coalesce(sum(would_defer), 0)::bigint
+             FROM decision_tally",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    assert_eq!(tallied, (9, 3));
+
+    let report = |query: &'static str| {
+        let app = &app;
+        async move {
+            app.admin_json(Method::GET, &format!("/v1/report?since=1d{query}"), None)
+                .await
+        }
+    };
+    let plain = report("").await;
+    let windows = &plain["flows"][0]["windows"];
+    let summary = |w: &Value| {
+        let numbers = ["windows", "windows_over", "slots_over"].map(|k| w[k].as_i64().unwrap());
+        (
+            w["period"].as_str().unwrap().to_string(),
+            numbers,
+            w["fullest"]["count"].as_i64().unwrap(),
+        )
+    };
+    assert_eq!(
+        summary(&windows[0]),
+        ("1m".to_string(), [2, 2, 3], 5),
+        "{plain}"
+    );
+    assert_eq!(
+        summary(&windows[1]),
+        ("1h".to_string(), [1, 0, 0], 9),
+        "{plain}"
+    );
+    assert_eq!(would_defer_by_flow(&plain), [("chat".to_string(), 3)]);
+    let chat = |report: Value| would_defer_by_flow(&report)[0].1;
+    // The quota's own ceilings asked as a what-if: the tally, exactly.
+    assert_eq!(chat(report("&what_if=1m=3,1h=10").await), 3);
+    // A roomier minute: only the 5th of minute 10 is over 4; none over 10.
+    let roomier = report("&what_if=1m=4").await;
+    assert_eq!(chat(roomier.clone()), 1, "{roomier}");
+    let minute = &roomier["flows"][0]["windows"][0];
+    assert_eq!(minute["what_if_ceiling"], 4);
+    assert_eq!(summary(minute), ("1m".to_string(), [2, 1, 1], 5));
+    assert_eq!(chat(report("&what_if=1m=10").await), 0);
+    // A tighter hour: the 4th to the 9th are over 3 (the minutes' own
+    // ceilings defer no more than that); a zero minute defers everything.
+    assert_eq!(chat(report("&what_if=1h=3").await), 6);
+    assert_eq!(
+        chat(report("&ceiling=3").await),
+        6,
+        "`ceiling` is the hour's"
+    );
+    assert_eq!(chat(report("&what_if=1m=0").await), 9);
+    // A what-if changes a window's ceiling; it adds none, and names one once.
+    for query in ["&what_if=1d=5", "&what_if=1h=3&ceiling=3", "&what_if=2h=9"] {
+        let answer = app
+            .admin(Method::GET, &format!("/v1/report?since=1d{query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 422, "{query}");
+    }
+    let printed = stdout(&cli(&pool, &["report", "--quota", "llm", "--what-if", "1m=4"]).await);
+    assert!(
+        printed.contains("llm 1m (ceiling what-if 4, own 3): 1 of 2 windows over, 1 slots over"),
+        "{printed}"
+    );
 }
