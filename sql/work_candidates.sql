@@ -3,7 +3,9 @@
 -- pending and past its retry delay (`not_before`), or claimed with a lease
 -- that ran out. Only the worker's flows $2 (NULL: all), and only items
 -- outside the bypass horizon ($3 seconds). Rows another claim holds are
--- skipped, and nothing is changed here.
+-- skipped, and nothing is changed here. $5: only items with a `spend` (true),
+-- only items without (false), or both (NULL): an item with a `spend` is
+-- decided on its own, like a reservation, not from a lane's slots.
 -- Pending items: each flow walks its own index of pending items in order and
 -- stops at $4 (so neither other flows' backlog, nor items claimed before, nor
 -- a sort stand in the way). Lapsed leases: read by when they ran out, few,
@@ -12,14 +14,15 @@
 -- The best $4 of both. (coalesce() rather than "deadline IS NULL OR …",
 -- which would turn the ordered walk into a sort.)
 WITH pending AS (
-    SELECT c.id, c.flow, c.deadline, c.priority, c.ref
+    SELECT c.id, c.flow, c.deadline, c.priority, c.ref, c.spend
     FROM unnest($1::text[]) AS f (name),
     LATERAL (
-        SELECT id, flow, deadline, priority, ref
+        SELECT id, flow, deadline, priority, ref, spend
         FROM work_item
         WHERE state = 'pending'
           AND coalesce(not_before <= arbiter_now(), true)
           AND flow = f.name
+          AND ($5::boolean IS NULL OR (spend IS NOT NULL) = $5::boolean)
           AND ($2::text[] IS NULL OR flow = ANY($2::text[]))
           AND coalesce(deadline > arbiter_now() + make_interval(secs => $3::float8), true)
         ORDER BY deadline ASC NULLS LAST, priority, id
@@ -27,17 +30,18 @@ WITH pending AS (
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), lapsed AS (
-    SELECT id, flow, deadline, priority, ref
+    SELECT id, flow, deadline, priority, ref, spend
     FROM work_item
     WHERE state = 'claimed' AND lease_until < arbiter_now()
       AND flow = ANY($1::text[])
+      AND ($5::boolean IS NULL OR (spend IS NOT NULL) = $5::boolean)
       AND ($2::text[] IS NULL OR flow = ANY($2::text[]))
       AND coalesce(deadline > arbiter_now() + make_interval(secs => $3::float8), true)
     ORDER BY coalesce(deadline, 'infinity'), priority, id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
-SELECT id AS "id!", flow AS "flow!", deadline, priority AS "priority!", ref AS reference
+SELECT id AS "id!", flow AS "flow!", deadline, priority AS "priority!", ref AS reference, spend
 FROM (SELECT * FROM pending UNION ALL SELECT * FROM lapsed) AS claimable
 ORDER BY deadline ASC NULLS LAST, priority, id
 LIMIT $4

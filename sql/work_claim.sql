@@ -20,4 +20,4 @@ SET state         = 'claimed',
 WHERE w.id = ANY($1::bigint[])
 RETURNING w.id, w.flow, w.ref AS reference, w.deadline, w.priority, w.payload, w.state, w.outcome,
           w.attempts, w.claimed_by, w.enqueued_at, w.claimed_at, w.lease_until, w.done_at,
-          w.not_before
+          w.not_before, w.spend

@@ -37,10 +37,10 @@ WITH held AS (
       AND (w.state = 'claimed' OR (w.state = 'done' AND ($3::boolean[])[h.p]))
     RETURNING h.p, w.id, w.flow, w.ref AS reference, w.deadline, w.priority, w.payload, w.state,
               w.outcome, w.attempts, w.claimed_by, w.enqueued_at, w.claimed_at, w.lease_until,
-              w.done_at, w.not_before, h.place_lease_id
+              w.done_at, w.not_before, w.spend, h.place_lease_id
 )
 SELECT p AS "position!", id AS "id!", flow AS "flow!", reference, deadline,
        priority AS "priority!", payload AS "payload!", state AS "state!", outcome,
        attempts AS "attempts!", claimed_by, enqueued_at AS "enqueued_at!", claimed_at,
-       lease_until, done_at, not_before, place_lease_id
+       lease_until, done_at, not_before, spend, place_lease_id
 FROM finished

@@ -46,7 +46,7 @@ WITH RECURSIVE pending_flows AS (
           SELECT flow FROM pending_flows WHERE flow IS NOT NULL) AS named
     WHERE coalesce((SELECT fl.mode FROM flow fl WHERE fl.name = named.name), 'count') = 'count'
 ), due_pending AS (
-    SELECT id, flow, deadline, priority, ref
+    SELECT id, flow, deadline, priority, ref, spend
     FROM work_item
     WHERE state = 'pending'
       AND coalesce(not_before <= arbiter_now(), true)
@@ -57,7 +57,7 @@ WITH RECURSIVE pending_flows AS (
     FOR UPDATE SKIP LOCKED
 ), lapsed AS (
     -- Every lapsed lease the worker may claim, whatever its lane.
-    SELECT id, flow, deadline, priority, ref
+    SELECT id, flow, deadline, priority, ref, spend
     FROM work_item
     WHERE state = 'claimed' AND lease_until < arbiter_now()
       AND ($1::text[] IS NULL OR flow = ANY($1::text[]))
@@ -73,10 +73,10 @@ WITH RECURSIVE pending_flows AS (
     ORDER BY deadline ASC NULLS LAST, priority, id
     LIMIT $3
 ), unthrottled_pending AS (
-    SELECT c.id, c.flow, c.deadline, c.priority, c.ref
+    SELECT c.id, c.flow, c.deadline, c.priority, c.ref, c.spend
     FROM unthrottled_flows AS f,
     LATERAL (
-        SELECT id, flow, deadline, priority, ref
+        SELECT id, flow, deadline, priority, ref, spend
         FROM work_item
         WHERE state = 'pending'
           AND coalesce(not_before <= arbiter_now(), true)
@@ -117,8 +117,8 @@ WITH RECURSIVE pending_flows AS (
           AND coalesce(w.deadline > arbiter_now() + make_interval(secs => $2::float8), true)
     )
 )
-SELECT 'due' AS "lane!", id, flow AS "flow!", deadline, priority, ref AS reference FROM due
+SELECT 'due' AS "lane!", id, flow AS "flow!", deadline, priority, ref AS reference, spend FROM due
 UNION ALL
-SELECT 'unthrottled', id, flow, deadline, priority, ref FROM unthrottled
+SELECT 'unthrottled', id, flow, deadline, priority, ref, spend FROM unthrottled
 UNION ALL
-SELECT 'busy', NULL, flow, NULL, NULL, NULL FROM busy
+SELECT 'busy', NULL, flow, NULL, NULL, NULL, NULL FROM busy

@@ -182,6 +182,7 @@ no_clock!(
     Option<crate::store::ReleasedLease>,
     Vec<String>,
     crate::store::claim::BegunClaim<'_>,
+    crate::store::claim::LockedClaim<'_>,
     crate::store::claim::ClaimLeases,
 );
 

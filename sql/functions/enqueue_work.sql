@@ -13,13 +13,13 @@
 -- key per item, not a hash of the whole flow table per group.
 CREATE OR REPLACE FUNCTION enqueue_work(
     p_flows text[], p_refs text[], p_deadlines timestamptz[], p_priorities smallint[],
-    p_payloads jsonb[]
+    p_payloads jsonb[], p_spends jsonb[]
 ) RETURNS TABLE (
     o_n bigint, o_id bigint, o_flow text, o_ref text, o_deadline timestamptz,
     o_priority smallint, o_payload jsonb, o_state text, o_outcome text, o_attempts integer,
     o_claimed_by text, o_enqueued_at timestamptz, o_claimed_at timestamptz,
     o_lease_until timestamptz, o_done_at timestamptz, o_not_before timestamptz,
-    o_created boolean
+    o_spend jsonb, o_created boolean
 )
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -29,15 +29,15 @@ BEGIN
     RETURN QUERY
     WITH asked AS (
         SELECT a.n, nextval((SELECT pg_get_serial_sequence('work_item', 'id'))::regclass) AS id,
-               a.flow, a.ref, a.deadline, a.priority, a.payload
-        FROM unnest(p_flows, p_refs, p_deadlines, p_priorities, p_payloads)
-             WITH ORDINALITY AS a (flow, ref, deadline, priority, payload, n)
+               a.flow, a.ref, a.deadline, a.priority, a.payload, a.spend
+        FROM unnest(p_flows, p_refs, p_deadlines, p_priorities, p_payloads, p_spends)
+             WITH ORDINALITY AS a (flow, ref, deadline, priority, payload, spend, n)
     ), inserted AS (
-        INSERT INTO work_item (id, flow, ref, deadline, priority, payload)
+        INSERT INTO work_item (id, flow, ref, deadline, priority, payload, spend)
         OVERRIDING SYSTEM VALUE
         SELECT a.id, a.flow, a.ref, a.deadline,
                coalesce(a.priority, (SELECT f.priority FROM flow f WHERE f.name = a.flow), 2::smallint),
-               a.payload
+               a.payload, a.spend
         FROM asked a
         ORDER BY a.n
         ON CONFLICT (ref) DO NOTHING
@@ -57,7 +57,7 @@ BEGIN
     )
     SELECT f.n, f.id, f.flow, f.ref, f.deadline, f.priority, f.payload,
            work_state_now(f.state, f.lease_until), f.outcome, f.attempts, f.claimed_by,
-           f.enqueued_at, f.claimed_at, f.lease_until, f.done_at, f.not_before,
+           f.enqueued_at, f.claimed_at, f.lease_until, f.done_at, f.not_before, f.spend,
            f.id = f.asked_id
     FROM found f
     ORDER BY f.n;

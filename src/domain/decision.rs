@@ -82,17 +82,24 @@ impl SlotRequest {
         deadline: Option<DateTime<Utc>>,
         reference: Option<String>,
     ) -> Result<Self, String> {
-        if spend
-            .values()
-            .any(|amount| !(1..=MAX_SPEND).contains(amount))
-        {
-            return Err(format!("`spend` must be between 1 and {MAX_SPEND}"));
-        }
+        check_amounts(&spend)?;
         let mut request = Self::new(flow, count, deadline, reference)?;
         request.spend = spend;
         request.settle = true;
         Ok(request)
     }
+}
+
+/// What a `spend` may name of each quota: 1 to [`MAX_SPEND`] (a reservation's
+/// estimate, a work item's).
+pub fn check_amounts(spend: &BTreeMap<String, i64>) -> Result<(), String> {
+    if spend
+        .values()
+        .any(|amount| !(1..=MAX_SPEND).contains(amount))
+    {
+        return Err(format!("`spend` must be between 1 and {MAX_SPEND}"));
+    }
+    Ok(())
 }
 
 /// The arbiter's answer. Every business outcome is a decision, never an error.

@@ -64,33 +64,38 @@ impl ReserveBody {
         if self.settle == Some(false) {
             return Err("`spend` is an estimate to settle: `settle` cannot be false".into());
         }
-        if spend.is_empty() {
-            return Err("`spend` names at least one quota the flow spends".into());
-        }
-        if spend.len() > crate::domain::catalog::MAX_FLOW_QUOTAS {
-            return Err(format!(
-                "`spend` names at most {} quotas: a flow spends no more",
-                crate::domain::catalog::MAX_FLOW_QUOTAS
-            ));
-        }
-        let rule = state
-            .catalog
-            .snapshot()
-            .and_then(|snapshot| snapshot.rule(&self.flow));
-        if let Some(rule) = rule {
-            spend_checked(&rule, &spend, self.count.is_some())?;
-        }
+        check_spend(state, &self.flow, &spend, self.count.is_some())?;
         SlotRequest::estimate(self.flow, self.count, spend, self.deadline, self.reference)
     }
 }
 
-/// `spend` names only quotas `rule`'s flow spends; `count` (`counted`)
-/// only goes with a `spend` that leaves one of them unnamed.
-pub(crate) fn spend_checked(
-    rule: &crate::domain::catalog::Rule,
+/// `spend` as a body gives it (a reservation's, a work item's): 1 to 8
+/// quotas, each 1 to 10^9, only quotas the flow spends (read from the
+/// catalog; an unknown flow's are not checked: it is never throttled), and
+/// `count` (`counted`) only beside a `spend` that leaves one of them unnamed.
+pub(crate) fn check_spend(
+    state: &AppState,
+    flow: &str,
     spend: &std::collections::BTreeMap<String, i64>,
     counted: bool,
 ) -> Result<(), String> {
+    if spend.is_empty() {
+        return Err("`spend` names at least one quota the flow spends".into());
+    }
+    if spend.len() > crate::domain::catalog::MAX_FLOW_QUOTAS {
+        return Err(format!(
+            "`spend` names at most {} quotas: a flow spends no more",
+            crate::domain::catalog::MAX_FLOW_QUOTAS
+        ));
+    }
+    crate::domain::decision::check_amounts(spend)?;
+    let rule = state
+        .catalog
+        .snapshot()
+        .and_then(|snapshot| snapshot.rule(flow));
+    let Some(rule) = rule else {
+        return Ok(());
+    };
     let spends = || {
         let names: Vec<String> = rule.quotas().map(|q| format!("`{}`", q.name)).collect();
         names.join(", ")

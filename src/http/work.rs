@@ -12,6 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
+use super::reserve::check_spend;
 use super::AppState;
 use crate::domain::input;
 use crate::domain::FlowName;
@@ -47,6 +48,16 @@ pub(crate) struct EnqueueBody {
     #[serde(rename = "ref")]
     #[schema(schema_with = crate::domain::input::schema::optional_reference)]
     pub(crate) reference: Option<String>,
+    /// What claiming it spends of the flow's quotas, by quota name
+    /// (`{"llm-tokens": 3500}`, up to 10^9 each); a quota of the flow it
+    /// does not name, one. The claim decides it like a reservation with
+    /// `spend` (all or nothing, and a `reservation_id` to settle).
+    #[serde(
+        default,
+        deserialize_with = "crate::domain::input::integer::optional_amounts"
+    )]
+    #[schema(schema_with = crate::domain::input::schema::spend)]
+    pub(crate) spend: Option<std::collections::BTreeMap<String, i64>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -148,16 +159,8 @@ pub(crate) async fn enqueue(
         rfc3339_time("deadline", deadline)?;
     }
     input::payload(&body.payload).map_err(invalid("`payload`"))?;
-    let several = state
-        .catalog
-        .snapshot()
-        .and_then(|snapshot| snapshot.rule(&flow))
-        .is_some_and(|rule| rule.spends_several());
-    if several {
-        return Err(ApiError::Invalid(format!(
-            "flow `{flow}` spends several quotas in each call: its work is reserved with \
-             POST /v1/reserve (the work registry claims items against one quota)"
-        )));
+    if let Some(spend) = &body.spend {
+        check_spend(&state, flow.as_str(), spend, false).map_err(ApiError::Invalid)?;
     }
     let work = NewWork {
         flow,
@@ -165,6 +168,7 @@ pub(crate) async fn enqueue(
         deadline: body.deadline,
         priority: body.priority,
         payload: body.payload,
+        spend: body.spend,
     };
     let (item, created) = state.work_registry.enqueue(work).await?;
     let status = if created {
@@ -203,6 +207,7 @@ pub(crate) async fn claim(
         flows,
         max,
         lease: state.lease_duration,
+        key_id: caller.0.as_ref().and_then(|principal| principal.key_id),
     };
     let claim = state.work_registry.claim(&state.bypass, &request).await?;
     let leases = claim.items.iter().filter_map(|c| c.decision.lease_id);

@@ -531,17 +531,6 @@ async fn write_flow(
         .map(|q| q.as_str().to_string())
         .collect();
     if !further.is_empty() {
-        // The work registry claims an item against one quota: a flow with
-        // work not done keeps to one (design.md §12).
-        let open = sqlx::query_file_scalar!("sql/flow_open_work.sql", name)
-            .fetch_one(&mut **tx)
-            .await?;
-        if open > 0 {
-            return Err(CatalogError::Conflict(format!(
-                "flow `{name}` has {open} work item(s) not done yet: a flow with pending work \
-                 spends one quota (work items are claimed against one)"
-            )));
-        }
         let every: Vec<String> = settings.quotas().map(|q| q.as_str().to_string()).collect();
         let paced = sqlx::query_file_scalar!("sql/paced_quotas_among.sql", &every)
             .fetch_all(&mut **tx)

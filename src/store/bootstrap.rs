@@ -105,6 +105,8 @@ const OBJECTS_REVISIONS: &[&str] = &[
     // Several quotas per call: take_linked(), check_flow_quotas(); upstream
     // reports folded a group at a time: adapt_cadences().
     "a8630fb9adcd11af0d89194175d276b25efce5c377d8ff0a646a0cb9db4aed2a",
+    // Work items that spend: enqueue_work() takes and answers `spend`.
+    "e7616450b22b1c73f435b90e773bfd9dff1f7fe94007edf522c99d8e81314141",
 ];
 
 /// The revision of the functions and views this build carries: a migrate

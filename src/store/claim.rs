@@ -31,13 +31,16 @@ pub enum ClaimLane {
     Enforced(usize),
     Observed,
     Unthrottled,
+    /// Decided on its own, like a reservation: an item with a `spend`, or
+    /// of a flow that spends several quotas.
+    Measured,
 }
 
 impl ClaimLane {
     pub fn outcome(self) -> Outcome {
         match self {
             ClaimLane::Due => Outcome::Bypassed,
-            ClaimLane::Enforced(_) | ClaimLane::Observed => Outcome::Granted,
+            ClaimLane::Enforced(_) | ClaimLane::Observed | ClaimLane::Measured => Outcome::Granted,
             ClaimLane::Unthrottled => Outcome::Unthrottled,
         }
     }
@@ -94,7 +97,8 @@ pub struct ClaimLeases {
     /// Per claimant (in the group's order), its leased items, most urgent
     /// first, with how each was decided.
     pub items: Vec<Vec<(WorkItem, ClaimLane)>>,
-    /// In-flight place leases of the leased items, by item id.
+    /// In-flight place leases of the leased enforced items, by item id (a
+    /// measured item's is its decision's).
     pub place_leases: HashMap<i64, PlaceLease>,
     /// Slots of each enforced lane its leased items use (the rest go back).
     pub used: Vec<i64>,
@@ -171,18 +175,21 @@ impl Store {
     }
 
     /// The rest of a claim's transaction, begun by
-    /// [`begin_claim`](Self::begin_claim): locks the `observed` lanes'
-    /// items, and for each `enforced` lane as many items as it has slots
-    /// (and free in-flight places); leases the best of them and the due and
-    /// never-throttled items the first look locked, in rationing order, with
-    /// a place each where the quota has them, to the group's claimants first
-    /// come first served, each up to its `max`.
-    pub async fn lease_claim(
+    /// [`begin_claim`](Self::begin_claim), up to its decisions: locks the
+    /// `observed` lanes' items, for each `enforced` lane as many items as it
+    /// has slots (and free in-flight places), and the `measured` items (with
+    /// a `spend`, or of flows that spend several quotas); keeps the best of
+    /// them and the due and never-throttled items the first look locked, in
+    /// rationing order, up to the group's items. The measured items among
+    /// them are decided one by one, like reservations, before
+    /// [`lease_locked`](Self::lease_locked) leases what was granted.
+    pub async fn lock_claim<'a>(
         &self,
-        begun: BegunClaim<'_>,
+        begun: BegunClaim<'a>,
         observed: &[&[String]],
         enforced: &[EnforcedLane<'_>],
-    ) -> Result<ClaimLeases, sqlx::Error> {
+        measured: MeasuredLanes<'_>,
+    ) -> Result<LockedClaim<'a>, sqlx::Error> {
         let BegunClaim {
             _open: open,
             waited: _,
@@ -206,8 +213,17 @@ impl Store {
         let unthrottled = look.unthrottled.into_iter();
         waiting.extend(unthrottled.map(|c| (c, ClaimLane::Unthrottled)));
         for flows in observed {
-            let found = lock_candidates(&mut tx, &lane(flows), remaining).await?;
+            let found = lock_candidates(&mut tx, &lane(flows), remaining, Some(false)).await?;
             waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Observed)));
+        }
+        for (flows, with_spend) in [
+            (measured.every_item, None),
+            (measured.with_spend, Some(true)),
+        ] {
+            if !flows.is_empty() {
+                let found = lock_candidates(&mut tx, &lane(flows), remaining, with_spend).await?;
+                waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Measured)));
+            }
         }
         for (index, enforced) in enforced.iter().enumerate() {
             let mut want = enforced.slots.min(remaining);
@@ -224,7 +240,7 @@ impl Store {
                     places_full = Some(Deferral::by(Limit::InFlight, &outlook, 1));
                 }
             }
-            let found = lock_candidates(&mut tx, &lane(enforced.flows), want).await?;
+            let found = lock_candidates(&mut tx, &lane(enforced.flows), want, Some(false)).await?;
             let kind = ClaimLane::Enforced(index);
             waiting.extend(found.into_iter().map(|c| (c, kind)));
         }
@@ -253,7 +269,47 @@ impl Store {
             }
         }
         chosen.extend(waiting);
-        let items = lease_chosen(&mut tx, chosen, &place_leases, group.claimants).await?;
+        Ok(LockedClaim {
+            _open: open,
+            tx,
+            claimants: group.claimants,
+            chosen,
+            place_leases,
+            used,
+            places_full,
+        })
+    }
+
+    /// Ends a claim's transaction: leases the chosen items, in rationing
+    /// order, to the group's claimants first come first served, each up to
+    /// its `max`; of the measured items, only those `granted` (their
+    /// decisions' outcome and in-flight place lease), the others left as
+    /// they were.
+    pub async fn lease_locked(
+        &self,
+        locked: LockedClaim<'_>,
+        granted: &HashMap<i64, MeasuredGrant>,
+    ) -> Result<ClaimLeases, sqlx::Error> {
+        let LockedClaim {
+            _open: open,
+            mut tx,
+            claimants,
+            mut chosen,
+            place_leases,
+            used,
+            places_full,
+        } = locked;
+        chosen.retain(|(c, lane)| *lane != ClaimLane::Measured || granted.contains_key(&c.id));
+        let enforced_leases = place_leases.iter().map(|(id, lease)| (*id, lease.lease_id));
+        let measured_leases = granted
+            .iter()
+            .filter_map(|(id, grant)| Some((*id, grant.lease_id?)));
+        let lease_ids: HashMap<i64, i64> = enforced_leases.chain(measured_leases).collect();
+        let outcome = |c: &Candidate, lane: ClaimLane| match (lane, granted.get(&c.id)) {
+            (ClaimLane::Measured, Some(grant)) => grant.outcome,
+            _ => lane.outcome(),
+        };
+        let items = lease_chosen(&mut tx, chosen, &lease_ids, claimants, outcome).await?;
         tx.commit().await?;
         drop(open);
         Ok(ClaimLeases {
@@ -265,14 +321,55 @@ impl Store {
     }
 }
 
+/// The flows whose items a claim decides one by one, like reservations
+/// (design.md §12): every item of the flows that spend several quotas, and
+/// the items with a `spend` of the others.
+#[derive(Clone, Copy, Default)]
+pub struct MeasuredLanes<'a> {
+    pub every_item: &'a [String],
+    pub with_spend: &'a [String],
+}
+
+/// A measured item's grant: how it was decided, and the in-flight place
+/// lease it holds.
+#[derive(Clone, Copy, Debug)]
+pub struct MeasuredGrant {
+    pub outcome: Outcome,
+    pub lease_id: Option<i64>,
+}
+
+/// A claim's transaction with its items locked and chosen, before its
+/// measured items are decided.
+pub struct LockedClaim<'a> {
+    _open: OwnedSemaphorePermit,
+    tx: Transaction<'static, Postgres>,
+    claimants: &'a [Claimant],
+    chosen: Vec<(Candidate, ClaimLane)>,
+    /// In-flight place leases of the chosen enforced items, by item id.
+    place_leases: HashMap<i64, PlaceLease>,
+    used: Vec<i64>,
+    places_full: Option<Deferral>,
+}
+
+impl LockedClaim<'_> {
+    /// The chosen items to decide one by one, most urgent first.
+    pub fn measured(&self) -> impl Iterator<Item = &Candidate> {
+        self.chosen
+            .iter()
+            .filter(|(_, lane)| *lane == ClaimLane::Measured)
+            .map(|(c, _)| c)
+    }
+}
+
 /// Leases the chosen items, in the order they were chosen, to the claimants:
 /// first come first served, each up to its `max`; each item with its
 /// decision's outcome and its in-flight place lease. Per claimant.
 async fn lease_chosen(
     tx: &mut PgConnection,
     chosen: Vec<(Candidate, ClaimLane)>,
-    place_leases: &HashMap<i64, PlaceLease>,
+    lease_ids: &HashMap<i64, i64>,
     claimants: &[Claimant],
+    outcome: impl Fn(&Candidate, ClaimLane) -> Outcome,
 ) -> Result<Vec<Vec<(WorkItem, ClaimLane)>>, sqlx::Error> {
     let mut shares = vec![Vec::new(); claimants.len()];
     if chosen.is_empty() {
@@ -296,12 +393,10 @@ async fn lease_chosen(
         .collect();
     let outcomes: Vec<String> = chosen
         .iter()
-        .map(|(_, k)| k.outcome().as_str().to_string())
+        .map(|(c, k)| outcome(c, *k).as_str().to_string())
         .collect();
-    let place_lease_ids: Vec<Option<i64>> = ids
-        .iter()
-        .map(|id| place_leases.get(id).map(|l| l.lease_id))
-        .collect();
+    let place_lease_ids: Vec<Option<i64>> =
+        ids.iter().map(|id| lease_ids.get(id).copied()).collect();
     let leased = lease(
         tx,
         &ids,

@@ -1,6 +1,7 @@
 //! The pending-work registry: items, their leases, and the claim's building
 //! blocks (run inside the claim's transaction).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -41,6 +42,10 @@ pub struct WorkItem {
     /// A released item is not claimed before this time (its retry delay);
     /// `null` (or a time past) when it is claimable now.
     pub not_before: Option<DateTime<Utc>>,
+    /// What claiming it spends of its flow's quotas (`{"llm-tokens": 3500}`);
+    /// a quota not named, one. `null`: one of each (design.md §12).
+    #[schema(schema_with = crate::domain::input::schema::spend)]
+    pub spend: Option<serde_json::Value>,
 }
 
 /// A `WorkItem` from a query row that has its columns.
@@ -62,6 +67,7 @@ macro_rules! work_item {
             lease_until: $r.lease_until,
             done_at: $r.done_at,
             not_before: $r.not_before,
+            spend: $r.spend,
         }
     };
 }
@@ -74,6 +80,8 @@ pub struct NewWork {
     pub deadline: Option<DateTime<Utc>>,
     pub priority: Option<i16>,
     pub payload: serde_json::Value,
+    /// What claiming it spends of each quota it names (`None`: one of each).
+    pub spend: Option<BTreeMap<String, i64>>,
 }
 
 /// A locked, claimable item, before the claim decides about it.
@@ -84,6 +92,8 @@ pub struct Candidate {
     pub deadline: Option<DateTime<Utc>>,
     pub priority: i16,
     pub reference: Option<String>,
+    /// What claiming it spends (`WorkItem::spend`).
+    pub spend: Option<serde_json::Value>,
 }
 
 impl Candidate {
@@ -184,13 +194,18 @@ impl Store {
             let priorities: Vec<Option<i16>> = asked_works.iter().map(|w| w.priority).collect();
             let payloads: Vec<&serde_json::Value> =
                 asked_works.iter().map(|w| &w.payload).collect();
+            let spends: Vec<Option<serde_json::Value>> = asked_works
+                .iter()
+                .map(|w| w.spend.as_ref().map(|spend| serde_json::json!(spend)))
+                .collect();
             let rows = sqlx::query_file!(
                 "sql/work_enqueue.sql",
                 &flows as &[&str],
                 &refs as &[Option<&str>],
                 &deadlines as &[Option<DateTime<Utc>>],
                 &priorities as &[Option<i16>],
-                &payloads as &[&serde_json::Value]
+                &payloads as &[&serde_json::Value],
+                &spends as &[Option<serde_json::Value>]
             )
             .fetch_all(self.pool())
             .await?;
@@ -292,11 +307,13 @@ impl Store {
     }
 }
 
-/// Locks up to `limit` claimable items of `lane`, most urgent first.
+/// Locks up to `limit` claimable items of `lane`, most urgent first: those
+/// with a `spend` (`Some(true)`), those without (`Some(false)`), or both.
 pub(super) async fn lock_candidates(
     db: &mut PgConnection,
     lane: &Lane<'_>,
     limit: i64,
+    with_spend: Option<bool>,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
     if limit < 1 {
         return Ok(Vec::new());
@@ -307,7 +324,8 @@ pub(super) async fn lock_candidates(
         lane.flows,
         lane.worker_flows,
         lane.horizon_seconds,
-        limit
+        limit,
+        with_spend
     )
     .fetch_all(db)
     .await
@@ -340,6 +358,7 @@ pub(super) async fn first_look(
             deadline: row.deadline,
             priority,
             reference: row.reference.clone(),
+            spend: row.spend.clone(),
         };
         match (row.lane.as_str(), row.id, row.priority) {
             ("due", Some(id), Some(priority)) => look.due.push(candidate(id, priority)),

@@ -16,7 +16,7 @@
 //! are never written, so a deferred claim leaves the queue unchanged. Each
 //! claim then decides its own items' answers.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,11 +29,16 @@ use crate::bypass::BypassDesk;
 use crate::domain::catalog::Handling;
 use crate::domain::catalog::{Mode, QuotaRule, Rule, Snapshot};
 use crate::domain::decision::{Decision, Deferral, Limit, Outcome, SlotRequest};
+use crate::domain::window::Period;
 use crate::domain::FlowName;
 use crate::reservations::with_rule;
 use crate::shell::all_at_once;
 use crate::shell::{Operation, Shell};
-use crate::store::claim::{ClaimGroup, ClaimLane, ClaimLeases, Claimant, EnforcedLane};
+use crate::store::claim::{
+    ClaimGroup, ClaimLane, ClaimLeases, Claimant, EnforcedLane, LockedClaim, MeasuredGrant,
+    MeasuredLanes,
+};
+use crate::store::work::Candidate;
 use crate::store::StoreError;
 use crate::store::{Store, Take, WorkItem};
 
@@ -47,6 +52,9 @@ pub struct ClaimRequest {
     pub flows: Option<Vec<FlowName>>,
     pub max: i64,
     pub lease: Duration,
+    /// The API key claiming: the one that may settle what its items'
+    /// decisions reserved (design.md §12).
+    pub key_id: Option<i64>,
 }
 
 impl ClaimRequest {
@@ -97,6 +105,12 @@ pub(crate) struct Lanes {
     /// headroom share among the lane's flows, so no flow's items go past its
     /// part of the window.
     take_shares: BTreeMap<String, Option<i16>>,
+    /// Enforced and observed flows that spend several quotas: each of their
+    /// items is decided on its own, like a reservation.
+    every_item_measured: Vec<String>,
+    /// The other enforced and observed flows: their items with a `spend`
+    /// are decided so too.
+    spend_measured: Vec<String>,
 }
 
 impl Lanes {
@@ -105,6 +119,8 @@ impl Lanes {
             enforced: BTreeMap::new(),
             observed: BTreeMap::new(),
             take_shares: BTreeMap::new(),
+            every_item_measured: Vec::new(),
+            spend_measured: Vec::new(),
         };
         // The worker's flows (each once), or every flow of the catalog.
         let names: BTreeSet<&str> = match worker_flows {
@@ -119,11 +135,14 @@ impl Lanes {
                 Handling::Observe(rule) => (&mut lanes.observed, rule),
                 Handling::Count(_) | Handling::Unknown | Handling::CatalogNotLoaded => continue,
             };
-            // A flow that spends several quotas has no work (the catalog and
-            // the enqueue keep it so); a claim would spend one of them only.
+            // An item of a flow that spends several quotas is decided on
+            // its own, all or nothing across them: no lane's slots of one
+            // quota can grant it.
             if rule.spends_several() {
+                lanes.every_item_measured.push(name.to_string());
                 continue;
             }
+            lanes.spend_measured.push(name.to_string());
             let entry = lane
                 .entry(rule.quota.name.clone())
                 .or_insert_with(|| (rule.quota.clone(), Vec::new()));
@@ -234,6 +253,8 @@ impl BusyLanes {
 pub(crate) struct Leased {
     pub leases: ClaimLeases,
     pub takes: Vec<Take>,
+    /// The decisions of the measured items, by item id.
+    pub measured: HashMap<i64, Decision>,
     /// Of the lanes whose take stopped short, the limit that lifts first.
     pub lifts_first: Option<Deferral>,
 }
@@ -252,13 +273,14 @@ impl WorkRegistry {
         // unknown one: fail closed.
         let snapshot = self.catalog.loaded()?;
         let horizon = bypass.horizon_seconds();
-        let share = self.claim_together(snapshot, request, horizon).await?;
+        let mut share = self.claim_together(snapshot, request, horizon).await?;
         if share.items.is_empty() {
             return self
                 .nothing_claimed(request, horizon, share.lifts_first)
                 .await;
         }
-        let snapshot = &share.snapshot;
+        let snapshot = &share.snapshot.clone();
+        let request_key = request.key_id;
         let mut items = Vec::with_capacity(share.items.len());
         let mut observed: Vec<(usize, Rule)> = Vec::new();
         for (item, kind) in share.items {
@@ -280,12 +302,26 @@ impl WorkRegistry {
                     observed.push((items.len(), rule.clone()));
                     with_rule(rule) // decided below, once the claim committed
                 }
+                // Decided (and recorded) on its own, before it was leased.
+                // A grant of an item with a `spend` is recorded to be
+                // settled, by the key that claimed it.
+                (ClaimLane::Measured, _) => match share.measured.remove(&item.id) {
+                    Some(mut decision) => {
+                        let request = one_slot_of(&item);
+                        self.reservations
+                            .open_settlement(&mut decision, &request, request_key)
+                            .await;
+                        decision
+                    }
+                    None => continue,
+                },
                 // A count-mode flow (or one the catalog has since moved):
                 // spent without a reservation, counted after the fact.
                 (ClaimLane::Unthrottled, Some(rule)) => {
+                    let amounts = one_slot_of(&item).amounts(rule);
                     let decision =
                         self.reservations
-                            .count_after_the_fact(with_rule(rule), rule, &[1]);
+                            .count_after_the_fact(with_rule(rule), rule, &amounts);
                     self.reservations.record(decision, had_deadline, true)
                 }
                 _ => self.reservations.record(
@@ -347,19 +383,71 @@ impl WorkRegistry {
         let begun = begun?;
         self.metrics.record_claim_wait(begun.waited);
         let observed: Vec<&[String]> = lanes.observed.values().map(|(_, f)| f.as_slice()).collect();
-        let lease = self.store.lease_claim(begun, &observed, &enforced);
+        let measured = MeasuredLanes {
+            every_item: &lanes.every_item_measured,
+            with_spend: &lanes.spend_measured,
+        };
+        let lock = self.store.lock_claim(begun, &observed, &enforced, measured);
+        let locked = shell.run(Operation::ClaimWork, lock).await?;
+        let (grants, measured, refused) = self.decide_measured(&locked).await?;
+        let lease = self.store.lease_locked(locked, &grants);
         let leases = shell.run(Operation::ClaimWork, lease).await?;
         let takes: Vec<Take> = held.takes.iter().map(|(_, take)| take.clone()).collect();
         for ((name, take), used) in held.takes.iter().zip(&leases.used) {
             self.busy_lanes.record(name, *used == take.taken);
         }
         held.settle(&leases.used).await;
-        let lifts_first = earliest(lifts_first, leases.places_full);
+        let lifts_first = earliest(earliest(lifts_first, leases.places_full), refused);
         Ok(Leased {
             leases,
             takes,
+            measured,
             lifts_first,
         })
+    }
+
+    /// Decides the measured items a claim locked, each as a reservation of
+    /// what it spends would be (`Reservations::decide`: all or nothing
+    /// across every window of every quota, coalesced with every concurrent
+    /// call, observe mode and gradual rollout included), all at once so that
+    /// they are decided together in rationing order. Answers the grants (to
+    /// lease), every decision by item id, and of the refusals the one that
+    /// lifts first. A grant whose item is then not leased (the
+    /// transaction failed) stays spent: an over-count, never an under-count.
+    async fn decide_measured(
+        &self,
+        locked: &LockedClaim<'_>,
+    ) -> Result<
+        (
+            HashMap<i64, MeasuredGrant>,
+            HashMap<i64, Decision>,
+            Option<Deferral>,
+        ),
+        StoreError,
+    > {
+        let items: Vec<(i64, SlotRequest)> = locked
+            .measured()
+            .map(|candidate| (candidate.id, request_of(candidate)))
+            .collect();
+        let decided = all_at_once(
+            items
+                .iter()
+                .map(|(_, request)| self.reservations.decide(request)),
+        )
+        .await;
+        let (mut grants, mut decisions, mut refused) = (HashMap::new(), HashMap::new(), None);
+        for ((id, _), decision) in items.iter().zip(decided) {
+            let decision = decision?;
+            match decision.outcome {
+                Outcome::Deferred => refused = earliest(refused, deferral_of(&decision)),
+                outcome => {
+                    let lease_id = decision.lease_id;
+                    grants.insert(*id, MeasuredGrant { outcome, lease_id });
+                }
+            }
+            decisions.insert(*id, decision);
+        }
+        Ok((grants, decisions, refused))
     }
 
     /// Up to `wanted` slots for each enforced lane of `lanes` that is
@@ -468,16 +556,54 @@ impl WorkRegistry {
     }
 }
 
-/// What claiming `item` asks of its quota: one slot of its flow.
-fn one_slot_of(item: &WorkItem) -> SlotRequest {
+/// What claiming an item asks of its flow's quotas: one of each, or what
+/// its `spend` names (an estimate to settle, as a reservation's).
+fn request_for(
+    flow: &str,
+    deadline: Option<DateTime<Utc>>,
+    reference: Option<&String>,
+    spend: Option<&serde_json::Value>,
+) -> SlotRequest {
+    let spend: BTreeMap<String, i64> = spend
+        .and_then(|spend| serde_json::from_value(spend.clone()).ok())
+        .unwrap_or_default();
     SlotRequest {
-        flow: FlowName::of_row(item.flow.clone()),
+        flow: FlowName::of_row(flow.to_string()),
         count: 1,
-        deadline: item.deadline,
-        reference: item.reference.clone(),
-        settle: false,
-        spend: Default::default(),
+        deadline,
+        reference: reference.cloned(),
+        settle: !spend.is_empty(),
+        spend,
     }
+}
+
+/// What claiming a leased `item` asks.
+fn one_slot_of(item: &WorkItem) -> SlotRequest {
+    let (deadline, reference) = (item.deadline, item.reference.as_ref());
+    request_for(&item.flow, deadline, reference, item.spend.as_ref())
+}
+
+/// What claiming a locked `candidate` asks.
+fn request_of(candidate: &Candidate) -> SlotRequest {
+    let (deadline, reference) = (candidate.deadline, candidate.reference.as_ref());
+    request_for(
+        &candidate.flow,
+        deadline,
+        reference,
+        candidate.spend.as_ref(),
+    )
+}
+
+/// The refusal a deferred decision names, as the claim's `lifts_first`.
+fn deferral_of(decision: &Decision) -> Option<Deferral> {
+    Some(Deferral {
+        limit: decision.limit?,
+        retry_at: decision.retry_at?,
+        period: decision
+            .period
+            .as_deref()
+            .and_then(|p| Period::parse(p).ok()),
+    })
 }
 
 /// The refusal that lifts first.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::claim::{ClaimRequest, Lanes};
 use super::WorkRegistry;
 use crate::domain::catalog::Snapshot;
-use crate::domain::decision::Deferral;
+use crate::domain::decision::{Decision, Deferral};
 use crate::shell::gather::{fail_all, Gather, Reply};
 use crate::shell::Operation;
 use crate::store::claim::{ClaimGroup, ClaimLane, Claimant};
@@ -50,6 +50,8 @@ pub(crate) struct ClaimShare {
     pub(crate) place_leases: HashMap<i64, PlaceLease>,
     /// The takes its enforced items were granted from, by lane.
     pub(crate) takes: Vec<Take>,
+    /// The decisions of its measured items, by item id.
+    pub(crate) measured: HashMap<i64, Decision>,
     /// For a claim that got nothing: of the limits that stopped the group's
     /// takes, the one that lifts first.
     pub(crate) lifts_first: Option<Deferral>,
@@ -111,11 +113,16 @@ impl WorkRegistry {
                         Some((item.id, *lease))
                     })
                     .collect();
+                let measured = items
+                    .iter()
+                    .filter_map(|(item, _)| Some((item.id, leased.measured.remove(&item.id)?)))
+                    .collect();
                 let share = ClaimShare {
                     snapshot: snapshot.clone(),
                     items,
                     place_leases,
                     takes: leased.takes.clone(),
+                    measured,
                     lifts_first: leased.lifts_first,
                 };
                 if let Err(Ok(unheard)) = reply.send(Ok(share)) {

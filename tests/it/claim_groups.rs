@@ -2,12 +2,12 @@
 //! per quota and one lease transaction for the group, its items falling to
 //! the group's claims first come first served.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use quota_arbiter::store::claim::{ClaimGroup, Claimant};
+use quota_arbiter::store::claim::{ClaimGroup, Claimant, MeasuredLanes};
 use quota_arbiter::store::Store;
 use quota_arbiter::work_registry::{Claim, ClaimOutcome};
 use serde_json::{json, Value};
@@ -98,7 +98,11 @@ async fn a_groups_items_fall_to_its_claims_first_come_first_served_each_up_to_it
     };
     let store = Store::new(pool.clone());
     let begun = store.begin_claim(group).await.unwrap();
-    let leases = store.lease_claim(begun, &[], &[]).await.unwrap();
+    let locked = store
+        .lock_claim(begun, &[], &[], MeasuredLanes::default())
+        .await
+        .unwrap();
+    let leases = store.lease_locked(locked, &HashMap::new()).await.unwrap();
     let by_claimant: Vec<Vec<i64>> = leases
         .items
         .iter()

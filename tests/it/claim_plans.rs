@@ -32,16 +32,17 @@ async fn a_claims_walk_over_a_backlog_not_analyzed_yet_follows_the_pending_index
         .unwrap();
     let walk = include_str!("../../sql/work_candidates.sql");
     sqlx::raw_sql(&format!(
-        "PREPARE walk (text[], text[], float8, bigint) AS {walk}"
+        "PREPARE walk (text[], text[], float8, bigint, boolean) AS {walk}"
     ))
     .execute(&mut *tx)
     .await
     .unwrap();
-    let plan: Value =
-        sqlx::query_scalar("EXPLAIN (FORMAT JSON) EXECUTE walk(ARRAY['invoice'], NULL, 60, 30)")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
+    let plan: Value = sqlx::query_scalar(
+        "EXPLAIN (FORMAT JSON) EXECUTE walk(ARRAY['invoice'], NULL, 60, 30, false)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
     let plan = plan.to_string();
     assert!(
         plan.contains("work_item_pending_flow_idx") && !plan.contains("Bitmap"),
@@ -96,7 +97,7 @@ async fn a_claims_statements_planned_on_an_empty_registry_read_by_key_once_it_gr
     let settings = include_str!("../../sql/claim_plan_settings.sql");
     let prepare = format!(
         "PREPARE look (text[], float8, bigint, text[]) AS {};
-         PREPARE walk (text[], text[], float8, bigint) AS {};
+         PREPARE walk (text[], text[], float8, bigint, boolean) AS {};
          PREPARE lease (bigint[], text[], float8[], text[], bigint[]) AS {};",
         include_str!("../../sql/work_first_look.sql"),
         include_str!("../../sql/work_candidates.sql"),
@@ -108,7 +109,7 @@ async fn a_claims_statements_planned_on_an_empty_registry_read_by_key_once_it_gr
          EXECUTE look(ARRAY['invoice'], 60, 32, '{{}}');
          EXECUTE look(NULL, 60, 32, ARRAY['invoice']);"
     );
-    let walk = "EXECUTE walk(ARRAY['invoice'], ARRAY['invoice'], 60, 32)";
+    let walk = "EXECUTE walk(ARRAY['invoice'], ARRAY['invoice'], 60, 32, false)";
     sqlx::raw_sql(&look).execute(&mut *conn).await.unwrap();
     sqlx::raw_sql(walk).execute(&mut *conn).await.unwrap();
     sqlx::raw_sql("EXECUTE lease('{1}', '{w}', '{30}', '{granted}', '{NULL}'); COMMIT")
@@ -156,7 +157,7 @@ async fn an_enqueue_planned_on_an_empty_registry_reads_by_key_once_it_grew(pool:
     create_flow(&pool, "ppf", 10, "invoice", "enforce").await;
     let mut conn = pool.acquire().await.unwrap();
     let prepare = format!(
-        "PREPARE enqueue (text[], text[], timestamptz[], smallint[], jsonb[]) AS {}",
+        "PREPARE enqueue (text[], text[], timestamptz[], smallint[], jsonb[], jsonb[]) AS {}",
         include_str!("../../sql/work_enqueue.sql")
     );
     sqlx::raw_sql(&prepare).execute(&mut *conn).await.unwrap();
@@ -167,7 +168,8 @@ async fn an_enqueue_planned_on_an_empty_registry_reads_by_key_once_it_grew(pool:
             "EXECUTE enqueue(array_fill('invoice'::text, ARRAY[32]), '{{{refs}}}',
                              array_fill(NULL::timestamptz, ARRAY[32]),
                              array_fill(NULL::smallint, ARRAY[32]),
-                             array_fill('{{}}'::jsonb, ARRAY[32]))"
+                             array_fill('{{}}'::jsonb, ARRAY[32]),
+                             array_fill(NULL::jsonb, ARRAY[32]))"
         )
     };
     for run in 0..6 {

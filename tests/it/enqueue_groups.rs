@@ -183,6 +183,7 @@ async fn one_enqueue_statement_answers_every_item_of_its_group(pool: PgPool) {
                 .bind(vec![None::<chrono::DateTime<chrono::Utc>>; n])
                 .bind(vec![None::<i16>; n])
                 .bind((0..n).map(|i| json!({ "n": i })).collect::<Vec<Value>>())
+                .bind(vec![None::<Value>; n])
                 .fetch_all(&pool)
                 .await
                 .unwrap();

@@ -41,3 +41,4 @@ mod tally;
 mod views;
 mod windows;
 mod work;
+mod work_spend;

@@ -22,7 +22,7 @@ async fn quota(app: &TestApp, name: &str, windows: Value) {
 
 /// An LLM's quotas: requests (`requests` a minute, `day` a day) and tokens
 /// (`tokens` a minute), and flow `chat` in `mode` that spends all of them.
-async fn llm(app: &TestApp, requests: i64, day: i64, tokens: i64, mode: &str) {
+pub(crate) async fn llm(app: &TestApp, requests: i64, day: i64, tokens: i64, mode: &str) {
     let requests_windows =
         json!([{"period": "1m", "ceiling": requests}, {"period": "1d", "ceiling": day}]);
     quota(app, "llm-requests", requests_windows).await;
@@ -336,41 +336,4 @@ async fn a_flow_moved_from_one_quota_to_two_spends_both(pool: PgPool) {
         .post_reserve(json!({"flow": "chat", "spend": {"other": 3}}))
         .await;
     assert_eq!(unknown.status(), 422);
-}
-
-/// The work registry claims an item against one quota: a flow that spends
-/// several has no work items, and a flow with work not done keeps to one.
-#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
-async fn work_items_keep_to_flows_of_one_quota(pool: PgPool) {
-    let app = TestApp::spawn(pool.clone()).await;
-    llm(&app, 10, 100, 1000, "enforce").await;
-    let refused = app
-        .post("/v1/work")
-        .json(&json!({"flow": "chat"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 422);
-
-    quota(&app, "one", json!([{"period": "1h", "ceiling": 10}])).await;
-    app.admin_json(
-        Method::PUT,
-        "/v1/flows/mail",
-        Some(json!({"quota": "one", "mode": "enforce"})),
-    )
-    .await;
-    let enqueued = app
-        .post("/v1/work")
-        .json(&json!({"flow": "mail"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(enqueued.status(), 201);
-    let moved = app
-        .admin(Method::PUT, "/v1/flows/mail")
-        .json(&json!({"quotas": ["one", "llm-tokens"], "mode": "enforce"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(moved.status(), 409);
 }
