@@ -277,6 +277,9 @@ impl Administration {
             });
         self.metrics
             .set_state(&flows, usage.as_deref(), self.store.pool());
+        let catalog = &self.catalog;
+        self.metrics
+            .set_catalog_age(catalog.age(), catalog.stale_after());
     }
 
     /// Ready: the store answers within the timeout with every migration of

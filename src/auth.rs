@@ -85,6 +85,11 @@ impl KeyRing {
         self.keys.reload(load).await
     }
 
+    /// How long ago the ring was loaded; `None` before the first load.
+    pub(crate) fn age(&self) -> Option<std::time::Duration> {
+        self.keys.age()
+    }
+
     /// The caller an `Authorization` header names: a stored key or the
     /// bootstrap admin token.
     pub fn caller(&self, authorization: Option<&str>, token: Option<&Secret>) -> Option<Principal> {

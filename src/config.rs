@@ -30,6 +30,7 @@ const ENV_KEYS: &[&str] = &[
     "max_connections",
     "lease_duration",
     "settle_within",
+    "catalog_stale_after",
     "work_retention",
     "history_retention",
     "audit_retention",
@@ -152,6 +153,10 @@ pub struct Config {
     /// /v1/settle`); after that it stays spent as estimated.
     #[serde(with = "humantime_serde_compat")]
     pub settle_within: Duration,
+    /// How old the replica's catalog and key ring may grow (their reloads
+    /// failing) before it is not ready and enforced decisions fail closed.
+    #[serde(with = "humantime_serde_compat")]
+    pub catalog_stale_after: Duration,
     /// How long done work items are kept before they are pruned; 0: forever.
     #[serde(with = "humantime_serde_compat")]
     pub work_retention: Duration,
@@ -199,6 +204,7 @@ impl Default for Config {
             max_connections: 16,
             lease_duration: Duration::from_secs(5 * 60),
             settle_within: Duration::from_secs(10 * 60),
+            catalog_stale_after: crate::catalog::DEFAULT_STALE_AFTER,
             work_retention: Duration::from_secs(7 * 24 * 3600),
             history_retention: Duration::from_secs(90 * 24 * 3600),
             audit_retention: Duration::ZERO,
@@ -260,6 +266,12 @@ impl Config {
         }
         if self.settle_within < Duration::from_secs(1) {
             return Err(invalid("settle_within", "must be at least 1s".into()));
+        }
+        if self.catalog_stale_after < Duration::from_secs(3) {
+            return Err(invalid(
+                "catalog_stale_after",
+                "must be at least 3s (the catalog is synced every 2 s)".into(),
+            ));
         }
         if self.lease_duration < Duration::from_secs(1) {
             return Err(invalid("lease_duration", "must be at least 1s".into()));
@@ -334,6 +346,7 @@ impl fmt::Debug for Config {
             .field("max_connections", &self.max_connections)
             .field("lease_duration", &self.lease_duration)
             .field("settle_within", &self.settle_within)
+            .field("catalog_stale_after", &self.catalog_stale_after)
             .field("work_retention", &self.work_retention)
             .field("history_retention", &self.history_retention)
             .field("audit_retention", &self.audit_retention)

@@ -181,6 +181,8 @@ pub struct Instruments {
     pool_max_connections: Gauge,
     effective_rate: Family<QuotaLabels, Gauge<f64, AtomicU64>>,
     effective_burst: Family<QuotaLabels, Gauge<f64, AtomicU64>>,
+    catalog_age_seconds: Gauge<f64, AtomicU64>,
+    catalog_stale_after_seconds: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -229,6 +231,18 @@ impl Metrics {
             "background_restarts",
             "Background tasks (catalog sync and listener, pruning, tally flush) started again after a panic",
             background_restarts.clone(),
+        );
+        let catalog_age_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "catalog_age_seconds",
+            "Seconds since this replica's catalog was last read from the store (-1 before the first read)",
+            catalog_age_seconds.clone(),
+        );
+        let catalog_stale_after_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "catalog_stale_after_seconds",
+            "The bound past which this replica's catalog is stale: not ready, enforced decisions fail closed",
+            catalog_stale_after_seconds.clone(),
         );
         let flow_mode = Family::<FlowModeLabels, Gauge>::default();
         registry.register(
@@ -311,6 +325,8 @@ impl Metrics {
             claim_wait_seconds,
             store_errors,
             background_restarts,
+            catalog_age_seconds,
+            catalog_stale_after_seconds,
         };
         for operation in STORE_OPERATIONS {
             let labels = OperationLabels {
@@ -392,6 +408,18 @@ impl Metrics {
         self.background_restarts
             .get_or_create(&TaskLabels { task })
             .inc();
+    }
+
+    /// How old the replica's catalog is (`None`: never read), against its bound.
+    pub(crate) fn set_catalog_age(
+        &self,
+        age: Option<std::time::Duration>,
+        stale_after: std::time::Duration,
+    ) {
+        let age = age.map_or(-1.0, |age| age.as_secs_f64());
+        self.catalog_age_seconds.set(age);
+        self.catalog_stale_after_seconds
+            .set(stale_after.as_secs_f64());
     }
 
     pub fn store_error(&self, operation: &str) {

@@ -10,11 +10,14 @@
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 #[derive(Default)]
 pub(crate) struct Mirror<T> {
     current: Arc<RwLock<T>>,
     reloading: Arc<tokio::sync::Mutex<()>>,
+    /// When the copy was last loaded; `None` before the first load.
+    loaded_at: Arc<RwLock<Option<Instant>>>,
 }
 
 impl<T> Clone for Mirror<T> {
@@ -22,6 +25,7 @@ impl<T> Clone for Mirror<T> {
         Self {
             current: self.current.clone(),
             reloading: self.reloading.clone(),
+            loaded_at: self.loaded_at.clone(),
         }
     }
 }
@@ -39,9 +43,20 @@ impl<T> Mirror<T> {
         F: Future<Output = Result<T, E>>,
     {
         let _in_turn = self.reloading.lock().await;
+        let started = Instant::now();
         let fresh = load.await?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        // As old as the moment it began to read: a load that waited on a
+        // lock for a minute brings a copy a minute old at best.
+        *self.loaded_at.write().unwrap_or_else(|p| p.into_inner()) = Some(started);
         Ok(())
+    }
+
+    /// How long ago the current copy began to be read; `None` before the
+    /// first load.
+    pub fn age(&self) -> Option<Duration> {
+        let loaded_at = *self.loaded_at.read().unwrap_or_else(|p| p.into_inner());
+        loaded_at.map(|at| at.elapsed())
     }
 }
 

@@ -93,6 +93,9 @@ impl Reservations {
                 self.count_after_the_fact(with_rule(&rule), &rule, &request.amounts(&rule))
             }
             Handling::Observe(rule) => self.observe(with_rule(&rule), &rule, request).await,
+            // A stale catalog may be obeying a flag changed since: enforced
+            // decisions fail closed; the others answer as in an outage.
+            Handling::Enforce(_) if self.catalog.is_stale() => return Err(crate::catalog::stale()),
             Handling::Enforce(rule) => self.enforce(with_rule(&rule), &rule, request).await?,
         };
         Ok(self.record(decision, request.deadline.is_some(), true))

@@ -106,7 +106,7 @@ impl Application {
         let store = Store::new(pool);
         let keys = KeyRing::default();
         let (catalog, ledger, clock, metrics) = (
-            Catalog::default(),
+            Catalog::new(config.catalog_stale_after),
             Ledger::default(),
             DbClock::default(),
             Metrics::new(),

@@ -27,6 +27,10 @@ pub(crate) struct Readiness {
     pub(crate) store: bool,
     /// Quotas and flows have been loaded at least once.
     pub(crate) catalog: bool,
+    /// The catalog and the key ring were reloaded within their bound
+    /// (`catalog_stale_after`): a replica that cannot reload them may be
+    /// obeying flags or keys changed since.
+    pub(crate) fresh: bool,
 }
 
 /// The process is up.
@@ -35,12 +39,14 @@ pub(crate) async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// The store is reachable with migrations applied, and the catalog is loaded.
+/// The store is reachable with migrations applied, and the catalog and the key
+/// ring are loaded and recent.
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     let (store, catalog) = state.administration.readiness().await;
-    let ready = store && catalog;
+    let fresh = !state.catalog.is_stale() && state.catalog.within_bound(state.keys.age());
+    let ready = store && catalog && fresh;
     let status = if ready {
         StatusCode::OK
     } else {
@@ -52,6 +58,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
             ready,
             store,
             catalog,
+            fresh,
         }),
     )
 }

@@ -153,6 +153,15 @@ impl Reservations {
                 Handling::Unknown => sorted.unknown.push(i),
                 Handling::Count(rule) => sorted.counted.push((i, rule)),
                 Handling::Observe(rule) => sorted.observed.push((i, rule)),
+                // A stale catalog may be obeying a flag changed since:
+                // enforced items fail closed (`unavailable`).
+                Handling::Enforce(rule) if self.catalog.is_stale() => {
+                    sorted
+                        .undecided
+                        .cause
+                        .get_or_insert_with(crate::catalog::stale);
+                    sorted.undecided.items.push((i, Some(rule)));
+                }
                 Handling::Enforce(rule) => sorted.enforced.push((i, rule)),
             }
         }

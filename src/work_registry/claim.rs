@@ -114,7 +114,10 @@ pub(crate) struct Lanes {
 }
 
 impl Lanes {
-    pub(super) fn new(snapshot: &Snapshot, worker_flows: Option<&[String]>) -> Self {
+    /// `stale`: the catalog was not reloaded within its bound and may be
+    /// obeying a flag changed since, so enforced flows get no lane (their
+    /// items wait, fail closed) while the others are claimed as ever.
+    pub(super) fn new(snapshot: &Snapshot, worker_flows: Option<&[String]>, stale: bool) -> Self {
         let mut lanes = Lanes {
             enforced: BTreeMap::new(),
             observed: BTreeMap::new(),
@@ -131,6 +134,7 @@ impl Lanes {
             // Count-mode flows are never throttled and unknown ones hold no
             // work to ration: neither has a lane.
             let (lane, rule) = match Handling::of(Some(snapshot), name) {
+                Handling::Enforce(_) if stale => continue,
                 Handling::Enforce(rule) => (&mut lanes.enforced, rule),
                 Handling::Observe(rule) => (&mut lanes.observed, rule),
                 Handling::Count(_) | Handling::Unknown | Handling::CatalogNotLoaded => continue,

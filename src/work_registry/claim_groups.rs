@@ -90,7 +90,7 @@ impl WorkRegistry {
         while let Some((snapshot, group)) = self.claim_groups.next_group(&key) {
             let (claimants, replies): (Vec<Claimant>, Vec<_>) =
                 group.into_iter().map(|w| (w.claimant, w.reply)).unzip();
-            let lanes = Lanes::new(&snapshot, flows);
+            let lanes = Lanes::new(&snapshot, flows, self.catalog.is_stale());
             let group = ClaimGroup {
                 claimants: &claimants,
                 worker_flows: flows,

@@ -11,9 +11,10 @@ use sqlx::PgPool;
 
 use crate::helpers::{
     batch_outcomes, behind_a_proxy, create_flow, current_count, db_now, eventually,
-    hold_time_samples, lock_window, metrics_text, pin_clock, post_batch, set_limits, test_config,
-    Replica, TestApp,
+    hold_time_samples, lock_window, metrics_text, pin_clock, post_batch, problem_slug, set_limits,
+    test_config, Replica, TestApp,
 };
+use crate::metrics::sample;
 
 async fn seed(pool: &PgPool) {
     create_flow(pool, "ppf", 100, "invoice", "enforce").await;
@@ -109,8 +110,60 @@ async fn a_replica_whose_store_answers_is_ready(pool: PgPool) {
     let response = app.get("/readyz").send().await.unwrap();
     assert_eq!(response.status(), 200);
     let readiness: Value = response.json().await.unwrap();
-    let expected = json!({"ready": true, "store": true, "catalog": true});
+    let expected = json!({"ready": true, "store": true, "catalog": true, "fresh": true});
     assert_eq!(readiness, expected);
+}
+
+/// A replica whose catalog cannot be reloaded for longer than
+/// `catalog_stale_after` (its reads of the flow table held up, as a hung
+/// sync or a dead listener would leave it) may be obeying a flag changed
+/// since: it is not ready and its enforced decisions fail closed, while
+/// observed flows and due work keep answering; once its reloads go through
+/// again, it is ready and decides again.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_catalog_not_reloaded_within_its_bound_fails_closed_until_it_is(pool: PgPool) {
+    seed(&pool).await;
+    let mut config = test_config();
+    config.catalog_stale_after = Duration::from_secs(3);
+    let app = TestApp::spawn_with(pool.clone(), config).await;
+    let ready = || async { app.get("/readyz").send().await.unwrap().status().as_u16() };
+    assert_eq!(ready().await, 200);
+    let invoice = json!({"flow": "invoice"});
+    assert_eq!(app.reserve(invoice.clone()).await.outcome, Outcome::Granted);
+
+    let mut held = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE flow IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    assert_eq!(eventually(Duration::from_secs(10), 503, ready).await, 503);
+    let readiness: Value = app
+        .get("/readyz")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(readiness["fresh"], false, "{readiness}");
+    assert_eq!(readiness["store"], true, "{readiness}");
+    let metrics = metrics_text(&app.client, &app.base).await;
+    let age: f64 = sample(&metrics, "quota_arbiter_catalog_age_seconds")
+        .and_then(|age| age.parse().ok())
+        .expect("the catalog's age is exposed");
+    assert!(age > 3.0, "{age}");
+    let refused = app.post_reserve(invoice.clone()).await;
+    assert_eq!(refused.status(), 503);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem_slug(&problem), "store-unavailable", "{problem}");
+    let observed = app.reserve(json!({"flow": "status-report"})).await;
+    assert_eq!(observed.outcome, Outcome::Granted);
+    let due = json!({"flow": "invoice", "deadline": Utc::now() + chrono::Duration::minutes(1)});
+    assert_eq!(app.reserve(due).await.outcome, Outcome::Bypassed);
+
+    held.rollback().await.unwrap();
+    assert_eq!(eventually(Duration::from_secs(10), 200, ready).await, 200);
+    assert_eq!(app.reserve(invoice).await.outcome, Outcome::Granted);
 }
 
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
