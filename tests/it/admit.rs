@@ -302,6 +302,50 @@ async fn ratelimit_fields_describe_the_callers_own_bucket_and_agree_with_retry_a
     assert_eq!(body, json!({"admitted": true}));
 }
 
+/// A 429 whose wait cannot be told (the next token more than a year away: a
+/// route class written before rates had a floor) carries no `Retry-After`,
+/// and no `t` in its RateLimit field, rather than a number of its own making
+/// or the one its neighbour in the same group of admissions was given.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_429_without_a_wait_to_tell_carries_no_retry_after(pool: PgPool) {
+    let app = TestApp::spawn(pool.clone()).await;
+    for class in ["glacial", "public-apis"] {
+        let profile = json!({"burst": 1, "rate": 0.1, "capacity": 1000,
+                             "window_seconds": 60, "tenant_share": 1});
+        route_class(&app, class, profile).await;
+    }
+    // A token every 100 years, as a row from before the rate's floor.
+    sqlx::raw_sql(
+        "ALTER TABLE route_class DROP CONSTRAINT route_class_rate_min;
+         UPDATE route_class SET rate = 3e-10 WHERE name = 'glacial';",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    for class in ["glacial", "public-apis"] {
+        let first = admit(&app, Some(("alice", "acme")), class).await;
+        assert_eq!(first.status(), StatusCode::NO_CONTENT, "{class}: the burst");
+    }
+    // Both refusals at once, so they are decided in one group.
+    let (glacial, neighbour) = tokio::join!(
+        admit(&app, Some(("alice", "acme")), "glacial"),
+        admit(&app, Some(("alice", "acme")), "public-apis"),
+    );
+    let (glacial, neighbour) = (seen(glacial).await, seen(neighbour).await);
+    assert_eq!(neighbour.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(neighbour.retry_after.is_some(), "{}", neighbour.headers);
+    assert_eq!(glacial.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(glacial.problem_type(), "caller-rate-limited");
+    assert_eq!(glacial.retry_after, None, "{}", glacial.headers);
+    assert_eq!(
+        glacial.remaining_and_reset(),
+        (0, None),
+        "{}",
+        glacial.headers
+    );
+}
+
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn all_or_nothing_a_share_refusal_spends_no_token_a_bucket_refusal_no_slot(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
