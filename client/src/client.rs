@@ -96,9 +96,15 @@ impl Client {
         let answer = match route {
             Route::Local => {
                 if let Some(local) = self.local_share(request.flow()) {
-                    return Ok(self.decide_locally(request, local).await);
+                    if let Some(decision) = self.decide_locally(request, local).await {
+                        return Ok(decision);
+                    }
+                    // Beyond this client's part of a window: only the
+                    // arbiter can decide it; ask it once.
+                    self.transport.post_attempts("v1/reserve", request, 1).await
+                } else {
+                    self.transport.post("v1/reserve", request).await
                 }
-                self.transport.post("v1/reserve", request).await
             }
             Route::Probe => self.transport.post_attempts("v1/reserve", request, 1).await,
             Route::Arbiter => self.transport.post("v1/reserve", request).await,
@@ -111,7 +117,10 @@ impl Client {
                 };
                 self.local.outage.confirmed(retry);
                 tracing::warn!(%error, "deciding locally");
-                Ok(self.decide_locally(request, local).await)
+                match self.decide_locally(request, local).await {
+                    Some(decision) => Ok(decision),
+                    None => Err(error),
+                }
             }
             // Unavailable but reachable (429s, 502s): the outage stands as it is.
             Err(error @ Error::Unavailable { .. }) => Err(error),
@@ -123,28 +132,30 @@ impl Client {
         }
     }
 
-    /// A degraded decision: tokens of the flow's share, waited for, or taken
-    /// at once for work due within the arbiter's bypass horizon (it would
-    /// have bypassed it: urgent work is never held back); its slots kept
-    /// until the arbiter counts them. Cancel-safe: a call dropped while
-    /// waiting took nothing.
-    async fn decide_locally(&self, request: &Reserve, local: LocalShare) -> Decision {
+    /// A degraded decision: tokens of the flow's share within this client's
+    /// part of each window, waited for, or taken at once for work due within
+    /// the arbiter's bypass horizon (it would have bypassed it: urgent work
+    /// is never held back); its slots kept until the arbiter counts them.
+    /// `None` for a call larger than this client's part of a window, which
+    /// no wait would let through. Cancel-safe: a call dropped while waiting
+    /// took nothing.
+    async fn decide_locally(&self, request: &Reserve, local: LocalShare) -> Option<Decision> {
         let count = request.slots();
         let bypassed = is_due(request.deadline_at(), local.bypass_horizon, Utc::now());
         if bypassed {
             local.bucket.take_at_once(count);
-        } else {
-            local.bucket.take(count).await;
+        } else if local.bucket.take(count).await.is_err() {
+            return None;
         }
         self.local
             .unreported
             .add(request.flow(), count, bypassed, &self.transport);
-        Decision::Degraded {
+        Some(Decision::Degraded {
             flow: request.flow().to_string(),
             quota: local.quota,
             count,
             bypassed,
-        }
+        })
     }
 
     /// The flow's share and bucket, if it opted in and its share is known.
@@ -156,9 +167,9 @@ impl Client {
     fn bucket_of(&self, share: Share) -> LocalShare {
         let bucket = lock(&self.local.buckets)
             .entry(share.quota.clone())
-            .or_insert_with(|| Arc::new(LocalBucket::new(share.limits)))
+            .or_insert_with(|| Arc::new(LocalBucket::new(&share)))
             .clone();
-        bucket.reshare(share.limits);
+        bucket.reshare(&share);
         LocalShare {
             quota: share.quota,
             bucket,

@@ -1,8 +1,12 @@
-//! The local fallback (design.md §12): while the arbiter is unreachable, a
-//! flow that opted in (`"fallback": "local"`) is decided here, by a token
-//! bucket at this client's last known share of its quota. It never refuses:
-//! it waits for a token. The slots it spends are kept until the arbiter
-//! acknowledges them, so its window counts them.
+//! The local fallback (design.md §12, §13): while the arbiter is unreachable,
+//! a flow that opted in (`"fallback": "local"`) is decided here, by a token
+//! bucket at this client's last known share of its quota, and within this
+//! client's part of what each window had left at that share (then of each
+//! new window's ceiling): the quota's live clients together never spend more
+//! than that. It waits for a token or a window rather than refusing; only a
+//! call larger than this client's part of a window, which no wait would let
+//! through, is not decided locally. The slots it spends are kept until the
+//! arbiter acknowledges them, so its windows count them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +21,7 @@ use crate::adapt::{adapt, Adapted, Limits};
 use crate::error::Error;
 use crate::gate::lock;
 use crate::retry::RetryPolicy;
+use crate::share::{Share, WindowShare};
 use crate::transport::Transport;
 
 /// A quota's local token bucket. Its ceiling is the client's share, which
@@ -31,6 +36,10 @@ struct BucketState {
     factor_at: Instant,
     tokens: f64,
     refilled_at: Instant,
+    /// This client's part of each window, as spent locally since the share
+    /// they came from (`windows_from`).
+    windows: Vec<WindowShare>,
+    windows_from: Instant,
 }
 
 impl BucketState {
@@ -44,40 +53,113 @@ impl BucketState {
         let elapsed = (now - self.refilled_at).as_secs_f64();
         self.tokens = (self.tokens + elapsed * limits.rate).min(limits.burst);
         self.refilled_at = now;
+        for window in &mut self.windows {
+            roll(window, now);
+        }
+    }
+
+    /// When each window has room for `count` (now, or once the window
+    /// that lacks it has ended); `None` when some window never will: the
+    /// call is larger than this client's part of it.
+    fn windows_ready(&self, count: f64, now: Instant) -> Option<Instant> {
+        let mut ready = now;
+        for window in &self.windows {
+            if window.left >= count {
+                continue;
+            }
+            // A new window brings its part, less what due work overspent.
+            if window.per_window + window.left.min(0.0) < count {
+                return None;
+            }
+            ready = ready.max(window.ends_at);
+        }
+        Some(ready)
     }
 }
 
+/// A window that has ended gives way to the next, with this client's part of
+/// its ceiling; what due work overspent is carried into it.
+fn roll(window: &mut WindowShare, now: Instant) {
+    while now >= window.ends_at {
+        window.left = window.per_window + window.left.min(0.0);
+        window.ends_at += window.length.max(Duration::from_millis(1));
+    }
+}
+
+/// A window as a newer share tells it, less what this client spent of it
+/// locally: the arbiter's count lacks the slots not reported yet, so of
+/// the same window the smaller part left stands (a share can come while the
+/// arbiter decides nothing: its stream up, its store out of reach).
+fn still_spent(fresh: &WindowShare, kept: &[WindowShare]) -> WindowShare {
+    let same = |old: &&WindowShare| {
+        let apart = if old.ends_at > fresh.ends_at {
+            old.ends_at - fresh.ends_at
+        } else {
+            fresh.ends_at - old.ends_at
+        };
+        old.quota == fresh.quota && old.period == fresh.period && apart < Duration::from_secs(1)
+    };
+    let mut window = fresh.clone();
+    if let Some(old) = kept.iter().find(same) {
+        window.left = window.left.min(old.left);
+    }
+    window
+}
+
+/// A local call that no wait would let through: larger than this client's
+/// part of a window of its quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BeyondShare;
+
 impl LocalBucket {
-    /// A full bucket at `share`.
-    pub fn new(share: Limits) -> Self {
+    /// A full bucket at `share`, its windows as the share says.
+    pub fn new(share: &Share) -> Self {
         let now = Instant::now();
         Self {
             state: Mutex::new(BucketState {
-                share,
-                factor: 1.0,
+                share: share.limits,
+                factor: share.factor,
                 factor_at: now,
-                tokens: share.burst,
+                tokens: share.limits.burst,
                 refilled_at: now,
+                windows: share.windows.clone(),
+                windows_from: share.received_at,
             }),
         }
     }
 
-    /// The stream told a new share: it bounds the bucket from now on.
-    pub fn reshare(&self, share: Limits) {
+    /// The client's share as the last event told it: its limits bound the
+    /// bucket from now on; a newer event's windows (what each had left) and
+    /// slow-down replace what was spent locally since the older one.
+    pub fn reshare(&self, share: &Share) {
         let mut state = lock(&self.state);
-        if state.share != share {
-            let now = Instant::now();
+        let now = Instant::now();
+        if state.share != share.limits {
             state.refill(now);
-            state.share = share;
-            state.tokens = state.tokens.min(share.burst);
+            state.share = share.limits;
+            state.tokens = state.tokens.min(share.limits.burst);
+        }
+        if share.received_at > state.windows_from {
+            state.refill(now);
+            state.windows = share
+                .windows
+                .iter()
+                .map(|fresh| still_spent(fresh, &state.windows))
+                .collect();
+            state.windows_from = share.received_at;
+            state.factor = share.factor;
+            state.factor_at = now;
+            state.refill(now);
         }
     }
 
-    /// Waits until `count` tokens can be taken, and takes them. A request
-    /// larger than the bucket waits for a full bucket and leaves it in debt.
-    /// Cancel-safe: tokens are taken only when the wait is over, so a
-    /// dropped call takes nothing.
-    pub async fn take(&self, count: u32) {
+    /// Waits until `count` tokens can be taken and every window has room
+    /// for `count`, and takes them. A request larger than the bucket waits
+    /// for a full bucket and leaves it in debt; one larger than this
+    /// client's part of a window is [`BeyondShare`] at once. Cancel-safe:
+    /// tokens are taken only when the wait is over, so a dropped call takes
+    /// nothing.
+    pub async fn take(&self, count: u32) -> Result<(), BeyondShare> {
         let count = f64::from(count.max(1));
         loop {
             let wait = {
@@ -86,11 +168,17 @@ impl LocalBucket {
                 state.refill(now);
                 let limits = state.in_force(now).limits;
                 let needed = count.min(limits.burst);
-                if state.tokens >= needed {
+                let windows = state.windows_ready(count, now).ok_or(BeyondShare)?;
+                if state.tokens >= needed && windows <= now {
                     state.tokens -= count;
-                    return;
+                    for window in &mut state.windows {
+                        window.left -= count;
+                    }
+                    return Ok(());
                 }
-                Duration::from_secs_f64((needed - state.tokens) / limits.rate)
+                let tokens =
+                    Duration::from_secs_f64(((needed - state.tokens) / limits.rate).max(0.0));
+                tokens.max(windows - now)
             };
             // Asked again after the wait: a report or a new share may have
             // changed the rate meanwhile.
@@ -99,13 +187,17 @@ impl LocalBucket {
     }
 
     /// Takes `count` tokens now, without waiting: due work, which outranks
-    /// the share (design.md §12). A bucket short of them goes into debt, so
-    /// the work that can wait pays for it afterwards and the client stays
-    /// within its share over time.
+    /// the share (design.md §12). A bucket or a window short of them goes
+    /// into debt, so the work that can wait pays for it afterwards and the
+    /// client stays within its share over time.
     pub fn take_at_once(&self, count: u32) {
         let mut state = lock(&self.state);
         state.refill(Instant::now());
-        state.tokens -= f64::from(count.max(1));
+        let count = f64::from(count.max(1));
+        state.tokens -= count;
+        for window in &mut state.windows {
+            window.left -= count;
+        }
     }
 
     /// An upstream status reported during the fallback adapts the bucket;
@@ -350,25 +442,136 @@ mod tests {
         burst: 2.0,
     };
 
+    /// A share of `limits` with `windows` (this client's part of each).
+    fn share(limits: Limits, windows: Vec<WindowShare>) -> Share {
+        Share {
+            quota: "ppf".into(),
+            limits,
+            factor: 1.0,
+            windows,
+            received_at: Instant::now(),
+            clients: 1,
+            fallback: true,
+            bypass_horizon: None,
+        }
+    }
+
+    /// A window with `left` of this client's part, `per_window` in each
+    /// next one, ending in `ends_in` seconds, `length` seconds long.
+    fn window(left: f64, per_window: f64, ends_in: u64, length: u64) -> WindowShare {
+        WindowShare {
+            quota: "ppf".into(),
+            period: "1m".into(),
+            left,
+            per_window,
+            ends_at: Instant::now() + Duration::from_secs(ends_in),
+            length: Duration::from_secs(length),
+        }
+    }
+
+    fn bucket(limits: Limits) -> LocalBucket {
+        LocalBucket::new(&share(limits, Vec::new()))
+    }
+
     async fn times(bucket: &LocalBucket, takes: usize) -> Vec<u128> {
         let start = Instant::now();
         let mut at = Vec::new();
         for _ in 0..takes {
-            bucket.take(1).await;
+            bucket.take(1).await.unwrap();
             at.push((Instant::now() - start).as_millis());
         }
         at
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_window_holds_the_spend_to_what_it_had_left_then_to_each_next_ones_part() {
+        let fast = Limits {
+            rate: 1000.0,
+            burst: 1000.0,
+        };
+        // 5 left of this client's part, 10 in each minute after, the
+        // current one ending in 30 s.
+        let bucket = LocalBucket::new(&share(fast, vec![window(5.0, 10.0, 30, 60)]));
+        let at = times(&bucket, 16).await;
+        assert_eq!(at[..5], [0; 5], "what was left, at once");
+        assert_eq!(
+            at[5..15],
+            [30_000; 10],
+            "the next minute's part, once it starts"
+        );
+        assert_eq!(at[15], 90_000, "then the minute after");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_larger_than_a_windows_part_is_beyond_the_share() {
+        // 1000 clients on 10 a minute: a hundredth each, never a whole slot.
+        let bucket = LocalBucket::new(&share(SHARE, vec![window(0.01, 0.01, 30, 60)]));
+        assert_eq!(bucket.take(1).await, Err(BeyondShare));
+        let roomy = LocalBucket::new(&share(SHARE, vec![window(3.0, 3.0, 30, 60)]));
+        assert_eq!(roomy.take(4).await, Err(BeyondShare));
+        assert_eq!(roomy.take(3).await, Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn due_work_overspends_a_window_and_the_next_one_pays() {
+        let fast = Limits {
+            rate: 1000.0,
+            burst: 1000.0,
+        };
+        let bucket = LocalBucket::new(&share(fast, vec![window(2.0, 4.0, 10, 60)]));
+        for _ in 0..3 {
+            bucket.take_at_once(1);
+        }
+        // One over in this window; the next brings 4, less that one.
+        assert_eq!(times(&bucket, 4).await, [10_000, 10_000, 10_000, 70_000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_share_never_gives_back_what_was_spent_locally() {
+        let fast = Limits {
+            rate: 1000.0,
+            burst: 1000.0,
+        };
+        let first = share(fast, vec![window(3.0, 3.0, 60, 60)]);
+        let bucket = LocalBucket::new(&first);
+        times(&bucket, 2).await;
+        bucket.reshare(&first);
+        sleep(Duration::from_millis(10)).await;
+        // The arbiter's count lacks the 2 not reported yet: 3 left, it says
+        // of the same window (a few ms on); 1 is what is left.
+        let ends = first.windows[0].ends_at;
+        let newer = |left: f64, ends_at: Instant| {
+            let window = WindowShare {
+                left,
+                ends_at,
+                ..first.windows[0].clone()
+            };
+            share(fast, vec![window])
+        };
+        bucket.reshare(&newer(3.0, ends + Duration::from_millis(3)));
+        assert_eq!(times(&bucket, 1).await, [0]);
+        let waited = tokio::time::timeout(Duration::from_secs(1), bucket.take(1)).await;
+        assert!(waited.is_err(), "nothing left of this window");
+        // Less left than spent here (others spent too): the share's part.
+        let bucket = LocalBucket::new(&first);
+        sleep(Duration::from_millis(10)).await;
+        bucket.reshare(&newer(1.0, ends));
+        assert_eq!(times(&bucket, 1).await, [0]);
+        // A share of the next window: its own part.
+        sleep(Duration::from_millis(10)).await;
+        bucket.reshare(&newer(3.0, ends + Duration::from_secs(60)));
+        assert_eq!(times(&bucket, 3).await, [0, 0, 0]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_bucket_lets_its_burst_through_then_waits_at_its_rate() {
-        let bucket = LocalBucket::new(SHARE);
+        let bucket = bucket(SHARE);
         assert_eq!(times(&bucket, 5).await, [0, 0, 100, 200, 300]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_reported_429_slows_it_and_quiet_time_recovers_it() {
-        let bucket = LocalBucket::new(SHARE);
+        let bucket = bucket(SHARE);
         times(&bucket, 2).await;
         let slowed = bucket.report(429);
         assert!((slowed.limits.rate - 7.0).abs() < 1e-9);
@@ -386,7 +589,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn due_work_goes_at_once_and_the_rest_pays_for_it() {
-        let bucket = LocalBucket::new(SHARE);
+        let bucket = bucket(SHARE);
         times(&bucket, 2).await;
         // Empty: three due decisions go now, leaving the bucket 3 in debt...
         for _ in 0..3 {
@@ -411,13 +614,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_cancelled_take_takes_nothing() {
-        let bucket = LocalBucket::new(SHARE);
+        let bucket = bucket(SHARE);
         times(&bucket, 2).await;
         let cancelled = tokio::time::timeout(Duration::from_millis(50), bucket.take(1)).await;
         assert!(cancelled.is_err());
         // The token refilling since then is still there at 100 ms.
         let start = Instant::now();
-        bucket.take(1).await;
+        bucket.take(1).await.unwrap();
         assert_eq!((Instant::now() - start).as_millis(), 50);
     }
 

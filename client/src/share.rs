@@ -6,8 +6,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tokio::time::Instant;
 
-use crate::adapt::{Limits, BURST_FLOOR, RATE_FLOOR};
+use crate::adapt::Limits;
 
 /// The `share` event's data.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -23,8 +24,15 @@ pub struct ShareEvent {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct QuotaShare {
     pub quota: String,
+    /// The cadence in force (after the arbiter's adaptive slow-down).
     pub rate: Option<f64>,
     pub burst: Option<f64>,
+    /// The cadence as configured: what a local rate recovers toward.
+    /// Absent from an older arbiter (then the cadence in force is all).
+    #[serde(default)]
+    pub configured_rate: Option<f64>,
+    #[serde(default)]
+    pub configured_burst: Option<f64>,
     /// Absent from an older arbiter: without cadence there is then no safe
     /// rate to derive, and no share.
     pub hourly_ceiling: Option<i64>,
@@ -37,13 +45,36 @@ pub struct QuotaShare {
     pub flows: Vec<FlowShare>,
 }
 
-/// One window of a quota in a `share` event: its ceiling and its length.
+/// One window of a quota in a `share` event: its ceiling and its length,
+/// and what the current one had left when the event was made.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct ShareWindow {
     pub period: String,
     pub ceiling: i64,
     /// The window's nominal length (a month: 30 days).
     pub seconds: u64,
+    /// Absent from an older arbiter: then the whole ceiling is taken as left.
+    #[serde(default)]
+    pub left: Option<i64>,
+    /// Seconds from the event to the current window's end; absent from an
+    /// older arbiter (then the window is taken to start with the event).
+    #[serde(default)]
+    pub ends_in_seconds: Option<f64>,
+}
+
+/// This client's part of one window of a quota, from a `share` event: what
+/// it may spend locally until the window ends, then in each window after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowShare {
+    pub quota: String,
+    pub period: String,
+    /// What the window had left, divided among the quota's live clients.
+    pub left: f64,
+    /// The window's ceiling divided among them: each next window's part.
+    pub per_window: f64,
+    /// When the current window ends, by this client's clock.
+    pub ends_at: Instant,
+    pub length: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -58,9 +89,18 @@ pub struct FlowShare {
 #[non_exhaustive]
 pub struct Share {
     pub quota: String,
-    /// This client's part of the quota's rate and burst: the most its local
-    /// fallback decides, before adapting to the upstream.
+    /// This client's part of the quota's rate and burst as configured: the
+    /// most its local fallback decides, before adapting to the upstream.
     pub limits: Limits,
+    /// Where the arbiter's adaptive slow-down stood (the cadence in force
+    /// over the configured one): the local rate starts there and recovers
+    /// toward `limits`.
+    pub factor: f64,
+    /// This client's part of every window of the flow's quotas: its local
+    /// decisions never spend more (design.md §13).
+    pub windows: Vec<WindowShare>,
+    /// When the event this share comes from arrived.
+    pub received_at: Instant,
     /// Live clients of the quota across the arbiter's replicas, this one included.
     pub clients: u32,
     /// Whether the flow asked (`"fallback": "local"`) to be decided locally
@@ -72,12 +112,14 @@ pub struct Share {
 }
 
 impl QuotaShare {
-    /// The rule (design.md §12): the quota's effective cadence, or without
-    /// cadence the rate that spreads each window's ceiling evenly over it
-    /// (`ceiling / seconds`, the least of them, a burst of 1); with both, the
-    /// cadence never above that rate, so that no window is spent faster than
-    /// its ceiling allows. Divided among its live clients, never below
-    /// 0.01/s and a burst of 1. `None` when the event says too little.
+    /// The rule (design.md §12, §13): the quota's configured cadence, or
+    /// without cadence the rate that spreads each window's ceiling evenly
+    /// over it (`ceiling / seconds`, the least of them, a burst of 1); with
+    /// both, the cadence never above that rate, so that no window is spent
+    /// faster than its ceiling allows. The rate (and a cadence's burst)
+    /// divided among its live clients, with no floor: many clients on a
+    /// small quota each get a small part. `None` when the event says too
+    /// little.
     pub fn client_limits(&self) -> Option<Limits> {
         let spread = |ceiling: i64, seconds: u64| ceiling as f64 / seconds.max(1) as f64;
         let windows = self.windows.iter().map(|w| spread(w.ceiling, w.seconds));
@@ -85,16 +127,56 @@ impl QuotaShare {
             false => windows.reduce(f64::min),
             true => self.hourly_ceiling.map(|ceiling| spread(ceiling, 3600)),
         };
-        let (rate, burst) = match (self.rate, self.burst) {
-            (Some(rate), Some(burst)) => (budget.map_or(rate, |b| rate.min(b)), burst),
+        let configured = (
+            self.configured_rate.or(self.rate),
+            self.configured_burst.or(self.burst),
+        );
+        let clients = self.clients.max(1) as f64;
+        // Without cadence the burst is one call's: a pace, not an amount
+        // (what each window has left bounds the amount, `client_windows`).
+        let (rate, burst) = match configured {
+            (Some(rate), Some(burst)) => (budget.map_or(rate, |b| rate.min(b)), burst / clients),
             _ => (budget?, 1.0),
         };
-        let clients = self.clients.max(1) as f64;
         let limits = Limits {
-            rate: (rate / clients).max(RATE_FLOOR),
-            burst: (burst / clients).max(BURST_FLOOR),
+            rate: rate / clients,
+            burst,
         };
         (limits.rate.is_finite() && limits.burst.is_finite()).then_some(limits)
+    }
+
+    /// Where the arbiter's adaptive slow-down stands: the cadence in force
+    /// over the configured one (1 without cadence or a configured one).
+    pub fn factor(&self) -> f64 {
+        match (self.rate, self.configured_rate) {
+            (Some(rate), Some(configured)) if configured > 0.0 => {
+                (rate / configured).clamp(0.0, 1.0)
+            }
+            _ => 1.0,
+        }
+    }
+
+    /// This client's part of each window, the event received `at`.
+    pub fn client_windows(&self, at: Instant) -> Vec<WindowShare> {
+        let clients = self.clients.max(1) as f64;
+        self.windows
+            .iter()
+            .map(|window| {
+                let length = Duration::from_secs(window.seconds.max(1));
+                let ends_in = window
+                    .ends_in_seconds
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .unwrap_or(length);
+                WindowShare {
+                    quota: self.quota.clone(),
+                    period: window.period.clone(),
+                    left: window.left.unwrap_or(window.ceiling).max(0) as f64 / clients,
+                    per_window: window.ceiling.max(0) as f64 / clients,
+                    ends_at: at + ends_in,
+                    length,
+                }
+            })
+            .collect()
     }
 }
 
@@ -114,24 +196,37 @@ impl Shares {
             .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
         let mut by_flow = crate::gate::lock(&self.by_flow);
         let mut seen = std::collections::HashSet::new();
+        let received_at = Instant::now();
         for quota in &event.quotas {
             let Some(limits) = quota.client_limits() else {
                 continue;
             };
+            let windows = quota.client_windows(received_at);
             for flow in &quota.flows {
-                let share = Share {
+                let mut share = Share {
                     quota: quota.quota.clone(),
                     limits,
+                    factor: quota.factor(),
+                    windows: windows.clone(),
+                    received_at,
                     clients: u32::try_from(quota.clients.max(1)).unwrap_or(u32::MAX),
                     fallback: flow.fallback == "local",
                     bypass_horizon,
                 };
                 // A flow that spends several quotas spends every one of
-                // them in each call: its share is the tightest of them.
-                let tighter = |kept: &Share| kept.limits.rate <= share.limits.rate;
-                if seen.insert(flow.flow.clone()) || !by_flow.get(&flow.flow).is_some_and(tighter) {
-                    by_flow.insert(flow.flow.clone(), share);
+                // them in each call: its pace is the tightest of them, and
+                // it keeps within the windows of all of them.
+                if !seen.insert(flow.flow.clone()) {
+                    if let Some(kept) = by_flow.get(&flow.flow) {
+                        let mut every = kept.windows.clone();
+                        every.extend(windows.iter().cloned());
+                        if kept.limits.rate * kept.factor <= share.limits.rate * share.factor {
+                            share = kept.clone();
+                        }
+                        share.windows = every;
+                    }
                 }
+                by_flow.insert(flow.flow.clone(), share);
             }
         }
     }
@@ -259,14 +354,44 @@ mod tests {
     }
 
     #[test]
-    fn a_share_never_drops_below_the_floors() {
+    fn no_floor_lifts_a_share_above_the_fair_one() {
+        // 1000 clients on 10 an hour: each gets a thousandth of the hour's
+        // pace (the cadence of 1/s is faster than the hour allows).
         let crowded = quota(
             r#"{"quota": "api", "rate": 1.0, "burst": 5.0, "hourly_ceiling": 10,
             "clients": 1000, "flows": []}"#,
         );
-        assert_eq!(
-            crowded.client_limits(),
-            Some(limits(RATE_FLOOR, BURST_FLOOR))
+        let limits = crowded.client_limits().unwrap();
+        assert!(
+            (limits.rate - 10.0 / 3600.0 / 1000.0).abs() < 1e-15,
+            "{limits:?}"
         );
+        assert!((limits.burst - 0.005).abs() < 1e-12, "{limits:?}");
+    }
+
+    #[test]
+    fn a_share_starts_where_the_slow_down_stood_and_aims_at_the_configured_cadence() {
+        let slowed = quota(
+            r#"{"quota": "api", "rate": 2.0, "burst": 2.0, "configured_rate": 10.0,
+            "configured_burst": 4.0, "hourly_ceiling": null, "clients": 2, "flows": []}"#,
+        );
+        assert_eq!(slowed.client_limits(), Some(limits(5.0, 2.0)));
+        assert!((slowed.factor() - 0.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_client_gets_its_part_of_what_each_window_had_left() {
+        let late = quota(
+            r#"{"quota": "api", "rate": null, "burst": null, "hourly_ceiling": 1000,
+            "windows": [{"period": "1h", "ceiling": 1000, "seconds": 3600, "left": 100,
+                         "ends_in_seconds": 600.0}],
+            "clients": 4, "flows": []}"#,
+        );
+        let at = Instant::now();
+        let windows = late.client_windows(at);
+        assert_eq!(windows.len(), 1);
+        assert_eq!((windows[0].left, windows[0].per_window), (25.0, 250.0));
+        assert_eq!(windows[0].ends_at, at + Duration::from_secs(600));
+        assert_eq!(windows[0].length, Duration::from_secs(3600));
     }
 }

@@ -261,3 +261,113 @@ async fn without_a_known_share_nothing_falls_back() {
     assert_eq!(client.share("invoice"), None);
     assert_eq!(arbiter.streams(), 0);
 }
+
+/// A client of a fake arbiter that granted its first call (opening the
+/// share stream, which sends `event`) and is unreachable since.
+async fn fallen_with_share(arbiter: &FakeArbiter) -> Client {
+    let client = quick_client(arbiter);
+    let decision = client.reserve(Reserve::new("invoice")).await.unwrap();
+    assert!(matches!(decision, Decision::Granted { .. }), "{decision:?}");
+    let start = Instant::now();
+    while client.share("invoice").is_none() {
+        assert!(start.elapsed() < S(5), "no share");
+        sleep(Duration::from_millis(10)).await;
+    }
+    client
+}
+
+/// Decisions of `invoice` that `client` makes locally within `span`, each
+/// ask given up after `span` (a wait for the next window is no decision).
+async fn local_decisions(client: &Client, span: Duration) -> usize {
+    let until = Instant::now() + span;
+    let mut decided = 0;
+    while Instant::now() < until {
+        let left = until - Instant::now();
+        match tokio::time::timeout(left, client.reserve(Reserve::new("invoice"))).await {
+            Ok(Ok(Decision::Degraded { .. })) => decided += 1,
+            Ok(other) => panic!("{other:?}"),
+            Err(_) => break,
+        }
+    }
+    decided
+}
+
+/// Many clients on a small ceiling (design.md §13): 10 an hour among 20
+/// live clients is half a slot each, so none decides anything locally (it
+/// says the arbiter is unreachable), however long the outage; due work
+/// still goes at once. Among 4, each spends its 2 of the 10, then 2 of the
+/// next hour's: together never more than the window had.
+#[tokio::test(start_paused = true)]
+async fn many_clients_on_a_small_ceiling_never_spend_more_than_it_together() {
+    let hour = |clients: i64| {
+        json!({"quotas": [{"quota": "ppf", "rate": null, "burst": null, "hourly_ceiling": 10,
+            "windows": [{"period": "1h", "ceiling": 10, "seconds": 3600, "left": 10,
+                         "ends_in_seconds": 1800.0}],
+            "clients": clients, "flows": [{"flow": "invoice", "fallback": "local"}]}],
+            "bypass_horizon_seconds": 900.0})
+    };
+    let arbiter = FakeArbiter::start([granted("invoice"), unavailable()]).await;
+    arbiter.share(hour(20));
+    let crowd = fallen_with_share(&arbiter).await;
+    let error = crowd.reserve(Reserve::new("invoice")).await.unwrap_err();
+    assert!(error.arbiter_unreachable(), "{error}");
+    let due = Reserve::new("invoice").deadline(chrono::Utc::now() + chrono::Duration::minutes(1));
+    let decision = crowd.reserve(&due).await.unwrap();
+    assert!(
+        matches!(decision, Decision::Degraded { bypassed: true, .. }),
+        "{decision:?}"
+    );
+
+    // Four processes, each its own client of the quota (a fake each: a
+    // process's clients of one arbiter share their stream).
+    let mut spent = 0;
+    for _ in 0..4 {
+        let arbiter = FakeArbiter::start([granted("invoice"), unavailable()]).await;
+        arbiter.share(hour(4));
+        let client = fallen_with_share(&arbiter).await;
+        spent += local_decisions(&client, S(1800 + 3600)).await;
+    }
+    assert_eq!(spent, 4 * (2 + 2), "2.5 each of 10, this hour and the next");
+}
+
+/// An outage late in a window that was mostly spent: two clients, the hour
+/// with 100 of 1000 left and 10 minutes to go. Each spends its 50 until the
+/// hour ends (its pace alone would allow 83), then its 500 of the next.
+#[tokio::test(start_paused = true)]
+async fn an_outage_late_in_a_spent_window_spends_only_what_it_had_left() {
+    let arbiter = FakeArbiter::start([granted("invoice"), unavailable()]).await;
+    arbiter.share(
+        json!({"quotas": [{"quota": "ppf", "rate": null, "burst": null,
+        "hourly_ceiling": 1000,
+        "windows": [{"period": "1h", "ceiling": 1000, "seconds": 3600, "left": 100,
+                     "ends_in_seconds": 600.0}],
+        "clients": 2, "flows": [{"flow": "invoice", "fallback": "local"}]}],
+        "bypass_horizon_seconds": 900.0}),
+    );
+    let client = fallen_with_share(&arbiter).await;
+    assert_eq!(local_decisions(&client, S(599)).await, 50);
+    sleep(S(2)).await;
+    // The next hour: its 500, at 1000/3600/2 a second, spread over it.
+    let next = local_decisions(&client, S(3598)).await;
+    assert!((498..=500).contains(&next), "{next}");
+}
+
+/// An outage after a 429 episode: the arbiter had slowed the quota to a
+/// fifth of its configured cadence. The local rate starts there and
+/// recovers toward the configured share, not the throttled one.
+#[tokio::test(start_paused = true)]
+async fn after_a_slow_down_the_local_rate_recovers_toward_the_configured_share() {
+    let arbiter = FakeArbiter::start([granted("invoice"), unavailable()]).await;
+    arbiter.share(
+        json!({"quotas": [{"quota": "ppf", "rate": 2.0, "burst": 1.0,
+        "configured_rate": 10.0, "configured_burst": 1.0, "hourly_ceiling": 1000000,
+        "clients": 1, "flows": [{"flow": "invoice", "fallback": "local"}]}],
+        "bypass_horizon_seconds": 900.0}),
+    );
+    let client = fallen_with_share(&arbiter).await;
+    let early = local_decisions(&client, S(10)).await;
+    assert!((18..=24).contains(&early), "about 2/s at first: {early}");
+    sleep(S(400)).await;
+    let late = local_decisions(&client, S(10)).await;
+    assert!((98..=102).contains(&late), "back at 10/s: {late}");
+}

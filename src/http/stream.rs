@@ -19,7 +19,7 @@ use super::error::{ApiError, Problem};
 use super::AppState;
 use crate::domain::FlowName;
 use crate::reservations::SharePresence;
-use crate::store::QuotaShare;
+use crate::store::{QuotaShare, ShareWindow};
 
 /// How often a stream renews its presence and reads the shares: a change
 /// reaches connected clients within about this.
@@ -162,15 +162,18 @@ async fn broadcast(
     presence.leave().await;
 }
 
-/// How far an effective rate or burst may move before the clients hear of
-/// it: the adaptive factor recovers continuously, and a 0.1 % step every
-/// second is no news to a client deciding at its share.
+/// How far an effective rate or burst, or what a window has left (as a
+/// part of its ceiling), may move before the clients hear of it: the
+/// adaptive factor recovers continuously, and a 0.1 % step every second is
+/// no news to a client deciding at its share.
 const SHARE_TOLERANCE: f64 = 0.01;
 
 /// Whether `now` is news against what was `sent` last: anything but the
-/// effective rate and burst changed, or one of those moved by more than
-/// [`SHARE_TOLERANCE`] of what was sent (so a slow drift is sent once it
-/// adds up).
+/// effective rate and burst and the windows' `left` changed (a window that
+/// rolled over, a client more), or one of those moved by more than
+/// [`SHARE_TOLERANCE`] (a window's `left`: of its ceiling, and any move to
+/// or from nothing left), so a slow drift is sent once it adds up.
+/// `ends_in_seconds` shrinks every beat and is no news: `ends_at` is.
 fn worth_sending(sent: Option<&[QuotaShare]>, now: &[QuotaShare]) -> bool {
     let Some(sent) = sent else {
         return true;
@@ -179,19 +182,35 @@ fn worth_sending(sent: Option<&[QuotaShare]>, now: &[QuotaShare]) -> bool {
         (Some(was), Some(is)) => (is - was).abs() > SHARE_TOLERANCE * was.abs(),
         (was, is) => was.is_some() != is.is_some(),
     };
+    let left_moved = |was: &ShareWindow, is: &ShareWindow| {
+        let step = (is.left - was.left).abs() as f64;
+        (was.left == 0) != (is.left == 0) || step > SHARE_TOLERANCE * was.ceiling as f64
+    };
+    // What is compared exactly: the rest.
+    let fixed = |share: &QuotaShare| QuotaShare {
+        rate: None,
+        burst: None,
+        windows: share
+            .windows
+            .iter()
+            .map(|w| ShareWindow {
+                left: 0,
+                ends_in_seconds: 0.0,
+                ..w.clone()
+            })
+            .collect(),
+        ..share.clone()
+    };
     sent.len() != now.len()
         || sent.iter().zip(now).any(|(was, is)| {
             moved(was.rate, is.rate)
                 || moved(was.burst, is.burst)
-                || QuotaShare {
-                    rate: None,
-                    burst: None,
-                    ..was.clone()
-                } != QuotaShare {
-                    rate: None,
-                    burst: None,
-                    ..is.clone()
-                }
+                || fixed(was) != fixed(is)
+                || was
+                    .windows
+                    .iter()
+                    .zip(&is.windows)
+                    .any(|(w, i)| left_moved(w, i))
         })
 }
 
@@ -204,11 +223,58 @@ mod tests {
             quota: "api".into(),
             rate,
             burst: rate.map(|r| r / 2.0),
+            configured_rate: rate,
+            configured_burst: rate.map(|r| r / 2.0),
             hourly_ceiling: Some(1000),
-            windows: Vec::new(),
+            windows: vec![hour(1000, 0)],
             clients,
             flows: Vec::new(),
         }
+    }
+
+    /// The hour with `left` slots, ending `hour` hours after the epoch's.
+    fn hour(left: i64, hour: i64) -> ShareWindow {
+        ShareWindow {
+            period: "1h".into(),
+            ceiling: 1000,
+            seconds: 3600,
+            left,
+            ends_at: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH + chrono::Duration::hours(hour),
+            ends_in_seconds: 1800.0,
+        }
+    }
+
+    fn with_window(window: ShareWindow) -> QuotaShare {
+        QuotaShare {
+            windows: vec![window],
+            ..share(Some(10.0), 1)
+        }
+    }
+
+    #[test]
+    fn what_a_window_has_left_is_sent_when_it_moves_by_more_than_a_percent_of_its_ceiling() {
+        let sent = [with_window(hour(500, 1))];
+        let ticking = ShareWindow {
+            ends_in_seconds: 1.0,
+            ..hour(495, 1)
+        };
+        assert!(
+            !worth_sending(Some(&sent), &[with_window(ticking)]),
+            "5 of 1000, the clock"
+        );
+        assert!(
+            worth_sending(Some(&sent), &[with_window(hour(489, 1))]),
+            "11 of 1000"
+        );
+        assert!(
+            worth_sending(Some(&sent), &[with_window(hour(500, 2))]),
+            "the next hour"
+        );
+        let nearly_spent = [with_window(hour(3, 1))];
+        assert!(
+            worth_sending(Some(&nearly_spent), &[with_window(hour(0, 1))]),
+            "spent"
+        );
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub(crate) use settlements::Settlement;
 pub use settlements::{LockedReservation, OpenReservation, ReservedQuota, SettledWindow};
 pub(crate) use several::SeveralAsk;
 pub use slots::{QuotaAsk, QuotaTake, Take};
-pub use stream::QuotaShare;
+pub use stream::{QuotaShare, ShareWindow};
 pub use work::{NewWork, WorkItem};
 
 use std::sync::Arc;

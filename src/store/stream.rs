@@ -1,8 +1,11 @@
 //! Share-stream presence (design.md §10): which clients are connected, on any
 //! replica, and what the quotas their flows spend allow now.
 
+use chrono::{DateTime, Utc};
+
 use super::Store;
 use crate::domain::catalog::Fallback;
+use crate::domain::window::Period;
 
 /// One quota as a share stream reports it: what a client needs to decide
 /// locally at its share when the arbiter is unreachable (design.md §12).
@@ -13,6 +16,10 @@ pub struct QuotaShare {
     pub rate: Option<f64>,
     /// Bucket size, the adaptive factor applied; `null` without cadence.
     pub burst: Option<f64>,
+    /// The cadence as configured, which a client's local rate recovers
+    /// toward after an adaptive slow-down; `null` without cadence.
+    pub configured_rate: Option<f64>,
+    pub configured_burst: Option<f64>,
     /// Slots per UTC hour (`null` without a `1h` window). Without cadence a
     /// client's local rate is `hourly_ceiling / 3600` per second with a
     /// burst of 1; with cadence, `rate` and `burst`; either way divided
@@ -20,7 +27,8 @@ pub struct QuotaShare {
     #[schema(minimum = 0, maximum = 9007199254740992_i64)]
     pub hourly_ceiling: Option<i64>,
     /// Every window of the quota, shortest first: a client's local rate
-    /// never spends one faster than `ceiling / seconds`.
+    /// never spends one faster than `ceiling / seconds`, and its clients
+    /// together never more than it has `left`.
     pub windows: Vec<ShareWindow>,
     /// Live share-stream clients of this quota across replicas: each one's
     /// share is `rate / clients`.
@@ -36,6 +44,14 @@ pub struct ShareWindow {
     pub ceiling: i64,
     /// The window's nominal length (a month: 30 days).
     pub seconds: u64,
+    /// What the current window has left, as the event was made.
+    #[schema(minimum = 0, maximum = 9007199254740992_i64)]
+    pub left: i64,
+    /// When the current window ends, by the database clock.
+    pub ends_at: DateTime<Utc>,
+    /// Seconds from the event to `ends_at` (a client's clock need not agree
+    /// with the database's).
+    pub ends_in_seconds: f64,
 }
 
 /// A flow of the stream and whether its client may decide locally.
@@ -80,13 +96,23 @@ impl Store {
                 quota: row.quota,
                 rate: row.effective_rate,
                 burst: row.effective_burst,
+                configured_rate: row.configured_rate,
+                configured_burst: row.configured_burst,
                 hourly_ceiling: row.hourly_ceiling,
-                windows: super::catalog::windows_of_row(row.periods, row.ceilings, row.zones)
-                    .iter()
-                    .map(|w| ShareWindow {
-                        period: w.period.to_string(),
-                        ceiling: w.ceiling,
-                        seconds: w.period.nominal_seconds(),
+                windows: (row.periods.iter())
+                    .zip(row.ceilings)
+                    .zip(row.lefts.into_iter().zip(row.ends))
+                    .filter_map(|((period, ceiling), (left, ends_at))| {
+                        let period = Period::parse(period).ok()?;
+                        let ends_in = (ends_at - row.db_now).num_milliseconds() as f64 / 1e3;
+                        Some(ShareWindow {
+                            period: period.to_string(),
+                            ceiling,
+                            seconds: period.nominal_seconds(),
+                            left,
+                            ends_at,
+                            ends_in_seconds: ends_in.max(0.0),
+                        })
                     })
                     .collect(),
                 clients: row.clients,

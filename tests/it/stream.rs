@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use chrono::DurationRound;
+
 use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -74,11 +76,27 @@ async fn clients_receive_their_share_and_every_change_within_a_second(pool: PgPo
     .await;
 
     let mut first = ShareStream::connect(&app, "flow=invoice&flow=nobody").await;
-    let share = first.next_share(Duration::from_secs(2)).await;
+    let mut share = first.next_share(Duration::from_secs(2)).await;
+    // When the hour ends, by the database clock and from the event on.
+    let window = share["quotas"][0]["windows"][0].as_object_mut().unwrap();
+    let ends_at: chrono::DateTime<chrono::Utc> = window
+        .remove("ends_at")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ends_in = window.remove("ends_in_seconds").unwrap().as_f64().unwrap();
+    let hour_end = crate::helpers::db_now(&pool)
+        .await
+        .duration_trunc(chrono::TimeDelta::hours(1));
+    assert_eq!(ends_at, hour_end.unwrap() + chrono::TimeDelta::hours(1));
+    assert!((0.0..=3600.0).contains(&ends_in), "{ends_in}");
     assert_eq!(
         share,
-        json!({"quotas": [{"quota": "api", "rate": 10.0, "burst": 5.0, "hourly_ceiling": 1000,
-            "windows": [{"period": "1h", "ceiling": 1000, "seconds": 3600}],
+        json!({"quotas": [{"quota": "api", "rate": 10.0, "burst": 5.0,
+            "configured_rate": 10.0, "configured_burst": 5.0, "hourly_ceiling": 1000,
+            "windows": [{"period": "1h", "ceiling": 1000, "seconds": 3600, "left": 1000}],
             "clients": 1, "flows": [{"flow": "invoice", "fallback": "off"}]}],
             // The default horizon, 15 minutes: the fallback's bypass rule.
             "bypass_horizon_seconds": 900.0})
@@ -144,5 +162,47 @@ async fn a_flow_of_several_quotas_hears_the_share_of_each(pool: PgPool) {
         quotas,
         [("api", &json!("chat")), ("tokens", &json!("chat"))],
         "{share}"
+    );
+}
+
+/// What each window has left goes out with the share (the local fallback
+/// spends within it, design.md §13), once it moved by more than 1 % of the
+/// ceiling; and beside a slowed cadence, the cadence as configured, which a
+/// client's local rate recovers toward.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn the_share_tells_what_each_window_has_left_and_the_configured_cadence(pool: PgPool) {
+    let pool = crate::helpers::pin_clock(&pool, 10).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    put_quota(
+        &app,
+        json!({"windows": [{"period": "1h", "ceiling": 100}], "rate": 10.0, "burst": 5.0,
+               "adaptive": true}),
+    )
+    .await;
+    let flow = json!({"quota": "api", "mode": "enforce", "fallback": "local"});
+    app.admin_json(Method::PUT, "/v1/flows/invoice", Some(flow))
+        .await;
+    let mut stream = ShareStream::connect(&app, "flow=invoice").await;
+    let share = stream.next_share(Duration::from_secs(2)).await;
+    assert_eq!(share["quotas"][0]["windows"][0]["left"], 100, "{share}");
+    for _ in 0..3 {
+        app.reserve(json!({"flow": "invoice"})).await;
+    }
+    let share = stream.next_share(Duration::from_millis(1_800)).await;
+    assert_eq!(share["quotas"][0]["windows"][0]["left"], 97, "{share}");
+    // An upstream 429 slows the cadence; the configured one is still told.
+    let report = app
+        .post("/v1/report")
+        .json(&json!({"flow": "invoice", "status": 429}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(report.status(), 200);
+    let share = stream.next_share(Duration::from_millis(1_800)).await;
+    let quota = &share["quotas"][0];
+    assert!(quota["rate"].as_f64().unwrap() < 7.1, "{share}");
+    assert_eq!(
+        (&quota["configured_rate"], &quota["configured_burst"]),
+        (&json!(10.0), &json!(5.0))
     );
 }

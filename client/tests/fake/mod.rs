@@ -103,7 +103,9 @@ struct Script {
     replies: Mutex<VecDeque<Reply>>,
     seen: Mutex<Vec<Seen>>,
     in_flight: AtomicUsize,
-    share: Mutex<Option<Value>>,
+    /// The share event, and when it was set: its windows' ends move on
+    /// with the clock, as the arbiter's do.
+    share: Mutex<Option<(Value, Instant)>>,
     streams: AtomicUsize,
 }
 
@@ -134,9 +136,13 @@ impl FakeArbiter {
         Self { url, script }
     }
 
-    /// Streams connecting from now on receive this `share` event's data.
+    /// Streams connecting from now on receive this `share` event's data,
+    /// its windows as the arbiter would tell them then: each window's
+    /// `ends_in_seconds` counts down from now, and a window that has ended
+    /// gives way to the next, with its whole `ceiling` left (the fake
+    /// counts nothing).
     pub fn share(&self, event: Value) {
-        *self.script.share.lock().unwrap() = Some(event);
+        *self.script.share.lock().unwrap() = Some((event, Instant::now()));
     }
 
     /// Share streams connected so far.
@@ -237,6 +243,7 @@ async fn serve(mut stream: TcpStream, script: Arc<Script>) {
 /// The share stream: the event, then open until the client hangs up.
 async fn stream_shares(mut stream: TcpStream, script: &Script) {
     let share = script.share.lock().unwrap().clone();
+    let share = share.map(|(event, set_at)| windows_now(event, set_at.elapsed()));
     let Some(share) = share else {
         let _ = stream
             .write_all(b"HTTP/1.1 404 Fake\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
@@ -252,6 +259,51 @@ async fn stream_shares(mut stream: TcpStream, script: &Script) {
     }
     let mut rest = [0u8; 64];
     while matches!(stream.read(&mut rest).await, Ok(n) if n > 0) {}
+}
+
+/// `event` as it reads `elapsed` after it was set (see [`FakeArbiter::share`]),
+/// a slowed cadence recovered meanwhile as the arbiter's adaptive factor
+/// recovers (×1.005 a second, never above what is configured).
+fn windows_now(mut event: Value, elapsed: Duration) -> Value {
+    let recovery = quota_arbiter_client::recovered_factor;
+    let elapsed_seconds = elapsed;
+    let elapsed = elapsed.as_secs_f64();
+    for quota in event
+        .get_mut("quotas")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        for (now, configured) in [("rate", "configured_rate"), ("burst", "configured_burst")] {
+            if let (Some(rate), Some(configured)) = (
+                quota[now].as_f64(),
+                quota.get(configured).and_then(Value::as_f64),
+            ) {
+                let factor = recovery(rate / configured, elapsed_seconds);
+                quota[now] = (configured * factor).into();
+            }
+        }
+    }
+    let quotas = event.get_mut("quotas").and_then(Value::as_array_mut);
+    let windows = quotas
+        .into_iter()
+        .flatten()
+        .filter_map(|q| q.get_mut("windows"));
+    for window in windows.filter_map(Value::as_array_mut).flatten() {
+        let Some(mut ends_in) = window["ends_in_seconds"].as_f64() else {
+            continue;
+        };
+        let seconds = window["seconds"].as_f64().unwrap_or(3600.0);
+        ends_in -= elapsed;
+        if ends_in <= 0.0 {
+            while ends_in <= 0.0 {
+                ends_in += seconds;
+            }
+            window["left"] = window["ceiling"].clone();
+        }
+        window["ends_in_seconds"] = ends_in.into();
+    }
+    event
 }
 
 async fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
