@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod durability;
 pub mod http;
 pub mod metrics;
 pub mod mirror;

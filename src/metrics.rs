@@ -183,6 +183,9 @@ pub struct Instruments {
     effective_burst: Family<QuotaLabels, Gauge<f64, AtomicU64>>,
     catalog_age_seconds: Gauge<f64, AtomicU64>,
     catalog_stale_after_seconds: Gauge<f64, AtomicU64>,
+    store_synchronous: Gauge,
+    store_timeline: Gauge,
+    store_new_primaries: Counter,
 }
 
 impl Default for Metrics {
@@ -243,6 +246,24 @@ impl Metrics {
             "catalog_stale_after_seconds",
             "The bound past which this replica's catalog is stale: not ready, enforced decisions fail closed",
             catalog_stale_after_seconds.clone(),
+        );
+        let store_synchronous = Gauge::default();
+        registry.register(
+            "store_synchronous",
+            "1 when the store's commits wait for a synchronous standby (a failover loses no answered grant), 0 otherwise",
+            store_synchronous.clone(),
+        );
+        let store_timeline = Gauge::default();
+        registry.register(
+            "store_timeline",
+            "The store's timeline as last read: a promoted standby raises it",
+            store_timeline.clone(),
+        );
+        let store_new_primaries = Counter::default();
+        registry.register(
+            "store_new_primaries",
+            "Times this replica found the store answering from a new timeline (a failover)",
+            store_new_primaries.clone(),
         );
         let flow_mode = Family::<FlowModeLabels, Gauge>::default();
         registry.register(
@@ -327,6 +348,9 @@ impl Metrics {
             background_restarts,
             catalog_age_seconds,
             catalog_stale_after_seconds,
+            store_synchronous,
+            store_timeline,
+            store_new_primaries,
         };
         for operation in STORE_OPERATIONS {
             let labels = OperationLabels {
@@ -420,6 +444,18 @@ impl Metrics {
         self.catalog_age_seconds.set(age);
         self.catalog_stale_after_seconds
             .set(stale_after.as_secs_f64());
+    }
+
+    /// The store's durability and timeline, as last read.
+    pub(crate) fn set_durability(&self, synchronous: bool, timeline: Option<i32>) {
+        self.store_synchronous.set(i64::from(synchronous));
+        if let Some(timeline) = timeline {
+            self.store_timeline.set(i64::from(timeline));
+        }
+    }
+
+    pub(crate) fn record_new_primary(&self) {
+        self.store_new_primaries.inc();
     }
 
     pub fn store_error(&self, operation: &str) {

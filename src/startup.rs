@@ -18,6 +18,7 @@ use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::clock::DbClock;
 use crate::config::Config;
+use crate::durability::DurabilityWatch;
 use crate::http::{self, AppState, Services};
 use crate::metrics::Metrics;
 use crate::reservations::Reservations;
@@ -105,6 +106,7 @@ impl Application {
         let listener = bind(config.listen).await?;
         let store = Store::new(pool);
         let keys = KeyRing::default();
+        let durability = DurabilityWatch::default();
         let (catalog, ledger, clock, metrics) = (
             Catalog::new(config.catalog_stale_after),
             Ledger::default(),
@@ -165,6 +167,7 @@ impl Application {
                 .as_deref()
                 .and_then(|name| axum::http::HeaderName::try_from(name).ok()),
             stopping,
+            durability: durability.clone(),
         });
         let retentions = [
             (Pruned::DoneWork, config.work_retention),
@@ -199,8 +202,16 @@ impl Application {
         }
         let sync = {
             let (store, catalog, keys) = (store.clone(), catalog.clone(), keys.clone());
+            let (durability, watched) = (durability.clone(), metrics.clone());
             supervise("catalog_sync", metrics.clone(), move || {
-                sync_loop(store.clone(), catalog.clone(), keys.clone(), clock.clone())
+                let durable = (durability.clone(), watched.clone());
+                sync_loop(
+                    store.clone(),
+                    catalog.clone(),
+                    keys.clone(),
+                    clock.clone(),
+                    durable,
+                )
             })
         };
         let listen = {
@@ -321,7 +332,13 @@ async fn bootstrap_once(
     Ok(())
 }
 
-async fn sync_loop(store: Store, catalog: Catalog, keys: KeyRing, clock: DbClock) {
+async fn sync_loop(
+    store: Store,
+    catalog: Catalog,
+    keys: KeyRing,
+    clock: DbClock,
+    (durability, metrics): (DurabilityWatch, Metrics),
+) {
     let mut tick = tokio::time::interval(SYNC_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut healthy = true;
@@ -330,7 +347,11 @@ async fn sync_loop(store: Store, catalog: Catalog, keys: KeyRing, clock: DbClock
         let synced = async {
             clock.note(store.read_clock().await?);
             keys.refresh(&store).await?;
-            catalog.refresh(&store).await
+            catalog.refresh(&store).await?;
+            // What a failover can lose, read again within seconds of
+            // every reconnection (design.md §13).
+            durability.note(store.durability().await?, &metrics);
+            Ok::<_, sqlx::Error>(())
         }
         .await;
         match (synced, healthy) {

@@ -12,6 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::ApiError;
 use super::AppState;
+use crate::durability::Durability;
 use crate::store::{FlowRow, StoreError, UsageRow, WindowRow};
 
 const REFRESH_SECONDS: u32 = 5;
@@ -42,7 +43,8 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 pub(crate) async fn dashboard(State(state): State<AppState>) -> Response {
     let why = match state.administration.dashboard().await {
         Ok((usage, windows, flows)) => {
-            return Html(render(&usage, &windows, &flows)).into_response()
+            let durability = state.durability.durability();
+            return Html(render(&usage, &windows, &flows, durability)).into_response();
         }
         Err(StoreError::Unavailable(why)) => why,
         Err(failed) => return ApiError::from(failed).into_response(),
@@ -69,8 +71,24 @@ fn page_head() -> String {
     )
 }
 
-fn render(usage: &[UsageRow], windows: &[WindowRow], flows: &[FlowRow]) -> String {
+fn render(
+    usage: &[UsageRow],
+    windows: &[WindowRow],
+    flows: &[FlowRow],
+    durability: Durability,
+) -> String {
     let mut page = page_head();
+    page.push_str(match durability {
+        Durability::Synchronous => {
+            r#"<p id="durability">The store commits to a synchronous standby: a failover loses no answered grant.</p>"#
+        }
+        Durability::Asynchronous => {
+            r#"<p id="durability" class="banner">The store replicates asynchronously (or not at all): a failover may lose answered grants and over-grant after.</p>"#
+        }
+        Durability::Unknown => {
+            r#"<p id="durability" class="muted">The store's replication has not been read yet.</p>"#
+        }
+    });
     page.push_str(r#"<section id="current"><h2>Current window</h2>"#);
     for quota in usage {
         current_window(&mut page, quota);

@@ -92,6 +92,8 @@ pub struct Services {
     /// `true` once the replica stops: open share streams end, so that a
     /// graceful shutdown does not wait for their clients to hang up.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// What the store can lose in a failover, as last read.
+    pub durability: crate::durability::DurabilityWatch,
 }
 
 #[derive(OpenApi)]

@@ -31,6 +31,10 @@ pub(crate) struct Readiness {
     /// (`catalog_stale_after`): a replica that cannot reload them may be
     /// obeying flags or keys changed since.
     pub(crate) fresh: bool,
+    /// What a failover of the store can lose: `synchronous` (commits wait
+    /// for a standby: nothing answered), `asynchronous` (the last commits),
+    /// `unknown` (not read yet). Informative: it does not make a replica unready.
+    pub(crate) durability: crate::durability::Durability,
 }
 
 /// The process is up.
@@ -59,6 +63,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
             store,
             catalog,
             fresh,
+            durability: state.durability.durability(),
         }),
     )
 }

@@ -119,6 +119,20 @@ impl Store {
         Ok(clock_reading!(row))
     }
 
+    /// What the store can lose in a failover (`crate::durability`).
+    pub(crate) async fn durability(&self) -> Result<crate::durability::Reading, sqlx::Error> {
+        let row = sqlx::query_file!("sql/durability.sql")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(crate::durability::Reading {
+            synchronous_commit: row.synchronous_commit,
+            synchronous_standby_names: row.synchronous_standby_names,
+            standbys: row.standbys,
+            synchronous_standbys: row.synchronous_standbys,
+            timeline: row.timeline,
+        })
+    }
+
     /// Ready: the store answers and every migration of this build is applied
     /// (by version: a database that applied other migrations, e.g. those the
     /// baseline replaced, is not ready for this build).

@@ -107,11 +107,40 @@ async fn enforced_flows_fail_closed_others_keep_answering_and_all_recover(pool: 
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_replica_whose_store_answers_is_ready(pool: PgPool) {
     let app = TestApp::spawn(pool).await;
-    let response = app.get("/readyz").send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let readiness: Value = response.json().await.unwrap();
-    let expected = json!({"ready": true, "store": true, "catalog": true, "fresh": true});
-    assert_eq!(readiness, expected);
+    let readiness = || async {
+        let response = app.get("/readyz").send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.unwrap()
+    };
+    // The test server replicates to no standby: asynchronous, read by the
+    // first catalog sync.
+    let expected = json!({"ready": true, "store": true, "catalog": true, "fresh": true,
+                          "durability": "asynchronous"});
+    assert_eq!(
+        eventually(Duration::from_secs(5), expected.clone(), readiness).await,
+        expected
+    );
+    let metrics = metrics_text(&app.client, &app.base).await;
+    assert_eq!(
+        sample(&metrics, "quota_arbiter_store_synchronous"),
+        Some("0"),
+        "{metrics}"
+    );
+    let timeline =
+        sample(&metrics, "quota_arbiter_store_timeline").and_then(|t| t.parse::<i64>().ok());
+    assert!(timeline.is_some_and(|t| t >= 1), "{metrics}");
+    let dashboard = app
+        .get("/")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        dashboard.contains("replicates asynchronously"),
+        "{dashboard}"
+    );
 }
 
 /// A replica whose catalog cannot be reloaded for longer than
@@ -376,7 +405,7 @@ async fn a_late_grant_with_a_concurrency_lease_is_undone(pool: PgPool) {
 async fn every_endpoint_that_needs_the_store_answers_503_in_an_outage(pool: PgPool) {
     seed(&pool).await;
     let (proxy, app) = behind_a_proxy(&pool).await;
-    let dashboard = app.get("/").send().await.unwrap();
+    let dashboard = app.admin(Method::GET, "/").send().await.unwrap();
     assert_eq!(dashboard.status(), 200);
 
     proxy.cut();
