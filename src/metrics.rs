@@ -173,6 +173,7 @@ pub struct Instruments {
     claim_wait_seconds: Histogram,
     store_errors: Family<OperationLabels, Counter>,
     background_restarts: Family<TaskLabels, Counter>,
+    background_failures: Family<TaskLabels, Counter>,
     flow_mode: Family<FlowModeLabels, Gauge>,
     flow_enforce_percent: Family<FlowLabels, Gauge>,
     window_slots_spent: Family<WindowLabels, Gauge>,
@@ -265,6 +266,12 @@ impl Metrics {
             "Times this replica found the store answering from a new timeline (a failover)",
             store_new_primaries.clone(),
         );
+        let background_failures = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "background_failures",
+            "Background tasks' runs that failed at the store (a sync, a listener, a flush or a pruning step) and will be tried again",
+            background_failures.clone(),
+        );
         let flow_mode = Family::<FlowModeLabels, Gauge>::default();
         registry.register(
             "flow_mode",
@@ -346,6 +353,7 @@ impl Metrics {
             claim_wait_seconds,
             store_errors,
             background_restarts,
+            background_failures,
             catalog_age_seconds,
             catalog_stale_after_seconds,
             store_synchronous,
@@ -426,6 +434,14 @@ impl Metrics {
     /// counted from zero.
     pub(crate) fn count_background_restarts(&self, task: &'static str) {
         create_at_zero(&self.background_restarts, &TaskLabels { task });
+        create_at_zero(&self.background_failures, &TaskLabels { task });
+    }
+
+    /// A background task's run that failed at the store; it tries again.
+    pub(crate) fn record_background_failure(&self, task: &'static str) {
+        self.background_failures
+            .get_or_create(&TaskLabels { task })
+            .inc();
     }
 
     pub(crate) fn record_background_restart(&self, task: &'static str) {

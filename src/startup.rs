@@ -215,23 +215,33 @@ impl Application {
             })
         };
         let listen = {
-            let store = store.clone();
+            let (store, failures) = (store.clone(), metrics.clone());
             supervise("catalog_listen", metrics.clone(), move || {
-                listen_loop(store.clone(), catalog.clone(), keys.clone())
+                listen_loop(
+                    store.clone(),
+                    catalog.clone(),
+                    keys.clone(),
+                    failures.clone(),
+                )
             })
         };
         let prune = {
-            let store = store.clone();
+            let (store, failures) = (store.clone(), metrics.clone());
             supervise("prune", metrics.clone(), move || {
-                prune_loop(store.clone(), retentions)
+                prune_loop(store.clone(), retentions, failures.clone())
             })
         };
         let background = vec![bootstrap, sync, listen, prune];
         let (stop_flushing, stopped) = tokio::sync::watch::channel(false);
         let flusher = {
-            let (store, ledger) = (store.clone(), ledger.clone());
+            let (store, ledger, failures) = (store.clone(), ledger.clone(), metrics.clone());
             supervise("tally_flush", metrics, move || {
-                flush_loop(store.clone(), ledger.clone(), stopped.clone())
+                flush_loop(
+                    store.clone(),
+                    ledger.clone(),
+                    stopped.clone(),
+                    failures.clone(),
+                )
             })
         };
         Ok(Self {
@@ -365,16 +375,20 @@ async fn sync_loop(
             }
             _ => {}
         }
+        if !healthy {
+            metrics.record_background_failure("catalog_sync");
+        }
     }
 }
 
 /// Reloads the catalog as soon as the database announces a change, so a flip
 /// made anywhere (SQL, CLI, API) is obeyed within milliseconds; so is a key
 /// created or revoked (the `api_key` trigger notifies on the same channel).
-async fn listen_loop(store: Store, catalog: Catalog, keys: KeyRing) {
+async fn listen_loop(store: Store, catalog: Catalog, keys: KeyRing, metrics: Metrics) {
     loop {
         if let Err(error) = listen_once(&store, &catalog, &keys).await {
             tracing::debug!(%error, "catalog listener lost; reconnecting");
+            metrics.record_background_failure("catalog_listen");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -387,12 +401,20 @@ async fn listen_once(store: &Store, catalog: &Catalog, keys: &KeyRing) -> Result
         // Also after (re)connecting: changes made meanwhile were not announced to us.
         keys.refresh(store).await?;
         catalog.refresh(store).await?;
-        // `None`: the connection dropped; sqlx reconnects on the next call.
-        listener.try_recv().await?;
+        // `None`: the connection dropped. It is a failure like any other:
+        // counted, and the loop listens again on a new connection.
+        if listener.try_recv().await?.is_none() {
+            return Err(sqlx::Error::Protocol("the listener's connection was lost".into()));
+        }
     }
 }
 
-async fn flush_loop(store: Store, ledger: Ledger, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn flush_loop(
+    store: Store,
+    ledger: Ledger,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    metrics: Metrics,
+) {
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -402,6 +424,7 @@ async fn flush_loop(store: Store, ledger: Ledger, mut stop: tokio::sync::watch::
         }
         if let Err(error) = ledger.flush(store.pool()).await {
             tracing::debug!(%error, "tallies not written yet; kept for the next flush");
+            metrics.record_background_failure("tally_flush");
         }
     }
 }
@@ -445,7 +468,11 @@ impl Pruned {
 /// Keeps the work registry and the history from growing forever: rows older
 /// than their retention (0: kept forever) go, a batch at a time so no
 /// statement holds many locks. Every replica runs it; they skip each other's rows.
-async fn prune_loop(store: Store, retentions: impl IntoIterator<Item = (Pruned, Duration)>) {
+async fn prune_loop(
+    store: Store,
+    retentions: impl IntoIterator<Item = (Pruned, Duration)>,
+    metrics: Metrics,
+) {
     const BATCH: i64 = 5000;
     let steps: Vec<_> = retentions
         .into_iter()
@@ -470,6 +497,7 @@ async fn prune_loop(store: Store, retentions: impl IntoIterator<Item = (Pruned, 
                     }
                     Err(error) => {
                         tracing::debug!(%error, ?what, "rows past their retention not pruned; next time");
+                        metrics.record_background_failure("prune");
                         break;
                     }
                 }

@@ -129,14 +129,7 @@ async fn a_replica_whose_store_answers_is_ready(pool: PgPool) {
     let timeline =
         sample(&metrics, "quota_arbiter_store_timeline").and_then(|t| t.parse::<i64>().ok());
     assert!(timeline.is_some_and(|t| t >= 1), "{metrics}");
-    let dashboard = app
-        .get("/")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let dashboard = app.get("/").send().await.unwrap().text().await.unwrap();
     assert!(
         dashboard.contains("replicates asynchronously"),
         "{dashboard}"
@@ -193,6 +186,87 @@ async fn a_catalog_not_reloaded_within_its_bound_fails_closed_until_it_is(pool: 
     held.rollback().await.unwrap();
     assert_eq!(eventually(Duration::from_secs(10), 200, ready).await, 200);
     assert_eq!(app.reserve(invoice).await.outcome, Outcome::Granted);
+}
+
+/// Each background loop whose statement fails at the store (the catalog sync
+/// and the tally flush held on a lock, then every backend of the replica
+/// ended, the listener's too) logs it, counts it
+/// (`quota_arbiter_background_failures_total{task}`) and goes on: the
+/// listener listens again, the tallies it could not write are written, the
+/// catalog is fresh again.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn every_background_loop_that_fails_at_the_store_is_counted_and_goes_on(pool: PgPool) {
+    seed(&pool).await;
+    let app = TestApp::spawn(pool.clone()).await;
+    let listeners = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(eventually(Duration::from_secs(5), 1, listeners).await, 1);
+    let failures = |task: &'static str| {
+        let app = &app;
+        async move {
+            let metrics = metrics_text(&app.client, &app.base).await;
+            let series = format!("quota_arbiter_background_failures_total{{task=\"{task}\"}}");
+            sample(&metrics, &series).and_then(|n| n.parse::<u64>().ok())
+        }
+    };
+    for task in ["catalog_sync", "catalog_listen", "tally_flush", "prune"] {
+        assert_eq!(failures(task).await, Some(0), "{task} counted from zero");
+    }
+
+    let mut held = pool.begin().await.unwrap();
+    let held_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .unwrap();
+    sqlx::query("LOCK TABLE flow, decision_tally IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let observed = app.reserve(json!({"flow": "status-report"})).await;
+        assert_eq!(observed.outcome, Outcome::Granted);
+    }
+    // The sync and the flush are now waiting on the locks.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let ended: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND backend_type = 'client backend'
+           AND pid <> pg_backend_pid() AND pid <> $1",
+    )
+    .bind(held_pid)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(ended >= 3, "the replica's backends: {ended}");
+    held.rollback().await.unwrap();
+
+    for task in ["catalog_sync", "catalog_listen", "tally_flush"] {
+        let counted = eventually(Duration::from_secs(10), true, || async {
+            failures(task).await.is_some_and(|n| n >= 1)
+        })
+        .await;
+        assert!(counted, "{task}: {:?}", failures(task).await);
+    }
+    assert_eq!(eventually(Duration::from_secs(10), 1, listeners).await, 1);
+    let tallied = eventually(Duration::from_secs(10), 5, || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce(sum(granted), 0)::bigint FROM decision_tally WHERE flow = 'status-report'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    assert_eq!(tallied, 5, "the tallies kept for the next flush");
+    let ready = || async { app.get("/readyz").send().await.unwrap().status().as_u16() };
+    assert_eq!(eventually(Duration::from_secs(10), 200, ready).await, 200);
 }
 
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
