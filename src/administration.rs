@@ -255,8 +255,8 @@ impl Administration {
             .map(|s| s.flows().cloned().collect())
             .unwrap_or_default();
         if let Some(snapshot) = &snapshot {
-            let classes = snapshot.route_classes().map(|c| c.name.as_str());
-            self.metrics.register_route_classes(classes);
+            self.metrics
+                .register_route_classes(snapshot.route_classes());
         }
         let usage = self
             .shell

@@ -122,6 +122,12 @@ struct AdmitLabels {
     outcome: String,
 }
 
+/// A route class, by name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteClassLabels {
+    route_class: String,
+}
+
 /// One window of a quota: its quota and its period (`1m`, `1h`, `1d`, …).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WindowLabels {
@@ -166,6 +172,7 @@ pub struct Instruments {
     /// `quota` rather than `quota_arbiter`.
     admission: Arc<Registry>,
     admits: Family<AdmitLabels, Counter>,
+    capacity_error_budget: Family<RouteClassLabels, Gauge<f64, AtomicU64>>,
     admit_seconds: Histogram,
     decisions: Family<DecisionLabels, Counter>,
     would_defer: Family<DecisionLabels, Counter>,
@@ -328,6 +335,12 @@ impl Metrics {
             "Admission answers by route class and outcome (admitted, caller_rate_limited, capacity_exhausted, store_unavailable)",
             admits.clone(),
         );
+        let capacity_error_budget = Family::<RouteClassLabels, Gauge<f64, AtomicU64>>::default();
+        admission.register(
+            "admit_capacity_error_budget",
+            "Each route class's capacity_error_budget: the share of its admissions that may be refused for capacity before the alert",
+            capacity_error_budget.clone(),
+        );
         let admit_seconds = Histogram::new(exponential_buckets(0.0002, 2.0, 16));
         admission.register(
             "admit_duration_seconds",
@@ -338,6 +351,7 @@ impl Metrics {
             registry: Arc::new(registry),
             admission: Arc::new(admission),
             admits,
+            capacity_error_budget,
             admit_seconds,
             effective_rate,
             effective_burst,
@@ -410,8 +424,21 @@ impl Metrics {
     }
 
     /// Creates, at zero, the admission counters of every route class.
-    pub(crate) fn register_route_classes<'a>(&self, classes: impl IntoIterator<Item = &'a str>) {
-        for route_class in classes {
+    pub(crate) fn register_route_classes<'a>(
+        &self,
+        classes: impl IntoIterator<Item = &'a crate::domain::admission::RouteClass>,
+    ) {
+        // A class deleted since has no budget left to alert on.
+        self.capacity_error_budget.clear();
+        for class in classes {
+            let route_class = class.name.as_str();
+            let labels = RouteClassLabels {
+                route_class: route_class.to_string(),
+            };
+            let budget = class.settings.capacity_error_budget;
+            self.capacity_error_budget
+                .get_or_create(&labels)
+                .set(budget);
             for outcome in crate::domain::admission::Outcome::ALL {
                 let labels = AdmitLabels {
                     route_class: route_class.to_string(),

@@ -404,7 +404,9 @@ async fn listen_once(store: &Store, catalog: &Catalog, keys: &KeyRing) -> Result
         // `None`: the connection dropped. It is a failure like any other:
         // counted, and the loop listens again on a new connection.
         if listener.try_recv().await?.is_none() {
-            return Err(sqlx::Error::Protocol("the listener's connection was lost".into()));
+            return Err(sqlx::Error::Protocol(
+                "the listener's connection was lost".into(),
+            ));
         }
     }
 }

@@ -93,6 +93,7 @@ pub async fn declare_route_class(store: &Store, name: &str) -> anyhow::Result<()
         capacity: UNREACHABLE_CEILING,
         window_seconds: 3600,
         tenant_share: 1.0,
+        capacity_error_budget: 0.01,
     };
     store.put_route_class(ACTOR, name, &never_refusing).await?;
     Ok(())

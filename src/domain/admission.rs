@@ -47,6 +47,19 @@ pub struct RouteClassSettings {
     /// The most of `capacity` one tenant may take in a window, in (0, 1].
     #[schema(exclusive_minimum = 0, maximum = 1)]
     pub tenant_share: f64,
+    /// The share of the class's admissions that may be refused for
+    /// capacity before the alert says its capacity is too small, in (0, 1]
+    /// (default 0.01).
+    #[schema(exclusive_minimum = 0, maximum = 1, default = 0.01)]
+    #[serde(default = "default_capacity_error_budget")]
+    pub capacity_error_budget: f64,
+}
+
+/// A route class's error budget for capacity refusals until one is set: 1 %.
+pub const DEFAULT_CAPACITY_ERROR_BUDGET: f64 = 0.01;
+
+fn default_capacity_error_budget() -> f64 {
+    DEFAULT_CAPACITY_ERROR_BUDGET
 }
 
 fn window_seconds_schema() -> utoipa::openapi::schema::Schema {
@@ -78,6 +91,9 @@ impl RouteClassSettings {
         }
         if !(self.tenant_share > 0.0 && self.tenant_share <= 1.0) {
             return Err("`tenant_share` must be above 0 and at most 1".into());
+        }
+        if !(self.capacity_error_budget > 0.0 && self.capacity_error_budget <= 1.0) {
+            return Err("`capacity_error_budget` must be above 0 and at most 1".into());
         }
         Ok(self)
     }
@@ -113,6 +129,9 @@ pub struct RouteClassPatch {
     #[serde(default)]
     #[schema(value_type = f64, exclusive_minimum = 0, maximum = 1)]
     pub tenant_share: Patch<f64>,
+    #[serde(default)]
+    #[schema(value_type = f64, exclusive_minimum = 0, maximum = 1)]
+    pub capacity_error_budget: Patch<f64>,
 }
 
 impl RouteClassPatch {
@@ -140,6 +159,11 @@ impl RouteClassPatch {
                 "window_seconds",
             )?,
             tenant_share: field(self.tenant_share, current.tenant_share, "tenant_share")?,
+            // The one setting with a default: `null` restores it.
+            capacity_error_budget: match self.capacity_error_budget {
+                Patch::Remove => DEFAULT_CAPACITY_ERROR_BUDGET,
+                budget => field(budget, current.capacity_error_budget, "")?,
+            },
         }
         .validated()
     }
@@ -413,6 +437,7 @@ mod tests {
             capacity: 600,
             window_seconds: 60,
             tenant_share: 0.5,
+            capacity_error_budget: 0.01,
         }
     }
 
@@ -443,6 +468,14 @@ mod tests {
             },
             RouteClassSettings {
                 tenant_share: 1.01,
+                ..class(20.0, 5.0)
+            },
+            RouteClassSettings {
+                capacity_error_budget: 0.0,
+                ..class(20.0, 5.0)
+            },
+            RouteClassSettings {
+                capacity_error_budget: 1.5,
                 ..class(20.0, 5.0)
             },
             RouteClassSettings {

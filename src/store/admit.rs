@@ -20,6 +20,7 @@ pub struct RouteClassRow {
     pub capacity: i64,
     pub window_seconds: i32,
     pub tenant_share: f64,
+    pub capacity_error_budget: f64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -103,7 +104,8 @@ impl Store {
             s.rate,
             s.capacity,
             s.window_seconds,
-            s.tenant_share
+            s.tenant_share,
+            s.capacity_error_budget
         )
         .execute(self.pool())
         .await?;
@@ -197,7 +199,8 @@ async fn write_route_class(
         s.rate,
         s.capacity,
         s.window_seconds,
-        s.tenant_share
+        s.tenant_share,
+        s.capacity_error_budget
     )
     .fetch_one(&mut **tx)
     .await

@@ -97,6 +97,7 @@ impl Store {
                     capacity: r.capacity,
                     window_seconds: r.window_seconds,
                     tenant_share: r.tenant_share,
+                    capacity_error_budget: r.capacity_error_budget,
                 },
             })
             .collect();

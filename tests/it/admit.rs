@@ -560,6 +560,7 @@ async fn a_route_class_of_the_config_file_is_seeded_once_and_run_time_changes_wi
         capacity: 600,
         window_seconds: 60,
         tenant_share: 0.5,
+        capacity_error_budget: 0.01,
     };
     let mut config = test_config();
     config.route_classes = [("partners".to_string(), declared.clone())].into();
@@ -978,6 +979,7 @@ async fn concurrent_admission_statements_of_one_class_never_pass_a_limit(pool: P
         capacity,
         window_seconds: 3600,
         tenant_share,
+        capacity_error_budget: 0.01,
     };
     // (class, its settings, how many groups, caller i's key, caller i's tenant)
     type Caller = fn(usize) -> (u8, String);
@@ -1066,4 +1068,48 @@ where
         answers.push(task.await.unwrap());
     }
     answers
+}
+
+/// Each route class carries its own error budget for capacity refusals
+/// (`capacity_error_budget`, 1 % unless set), exported for the alert that
+/// compares each class's refusals with it; `null` restores the default.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn each_route_class_has_its_own_capacity_error_budget(pool: PgPool) {
+    let app = TestApp::spawn(pool).await;
+    let profile = json!({"burst": 5, "rate": 1, "capacity": 100, "window_seconds": 60,
+                         "tenant_share": 1});
+    route_class(&app, "public-apis", profile.clone()).await;
+    let mut shedding = profile.clone();
+    shedding["capacity_error_budget"] = json!(0.1);
+    route_class(&app, "batch-apis", shedding).await;
+    let budget = |class: &'static str| {
+        let app = &app;
+        async move {
+            let metrics = metrics_text(&app.client, &app.base).await;
+            let series = format!("quota_admit_capacity_error_budget{{route_class=\"{class}\"}}");
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(&series)?.trim().parse::<f64>().ok())
+        }
+    };
+    assert_eq!(budget("public-apis").await, Some(0.01));
+    assert_eq!(budget("batch-apis").await, Some(0.1));
+
+    let patched =
+        patch_route_class(&app, "public-apis", r#"{"capacity_error_budget": 0.05}"#).await;
+    assert_eq!(patched.status(), StatusCode::OK);
+    let shown: Value = patched.json().await.unwrap();
+    assert_eq!(shown["capacity_error_budget"], 0.05);
+    assert_eq!(budget("public-apis").await, Some(0.05));
+    let restored =
+        patch_route_class(&app, "public-apis", r#"{"capacity_error_budget": null}"#).await;
+    let shown: Value = restored.json().await.unwrap();
+    assert_eq!(shown["capacity_error_budget"], 0.01);
+    for bad in [
+        r#"{"capacity_error_budget": 0}"#,
+        r#"{"capacity_error_budget": 1.5}"#,
+    ] {
+        let refused = patch_route_class(&app, "public-apis", bad).await;
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    }
 }

@@ -224,6 +224,7 @@ fn configuration_keys() -> BTreeMap<String, Option<Value>> {
                 capacity: 1,
                 window_seconds: 60,
                 tenant_share: 1.0,
+                capacity_error_budget: 0.01,
             },
         )]
         .into(),

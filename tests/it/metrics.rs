@@ -261,6 +261,7 @@ async fn a_freshly_started_replica_exposes_a_valid_exposition(pool: PgPool) {
         capacity: 600,
         window_seconds: 60,
         tenant_share: 0.5,
+        capacity_error_budget: 0.01,
     };
     config.route_classes = [("partners".to_string(), partners)].into();
     let app = TestApp::spawn_with(pool, config).await;
