@@ -23,6 +23,7 @@ mod openapi;
 mod operate;
 mod outage;
 mod paced;
+mod pgbouncer;
 mod readme;
 mod releases;
 mod replicas;
