@@ -21,6 +21,20 @@ fn would_defer_by_flow(report: &Value) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// Decisions and would-defers tallied, once the flush wrote `want` (or 5 s).
+async fn tallied(pool: &PgPool, want: (i64, i64)) -> (i64, i64) {
+    eventually(Duration::from_secs(5), want, || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT coalesce(sum(granted), 0)::bigint, coalesce(sum(would_defer), 0)::bigint
+             FROM decision_tally",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    })
+    .await
+}
+
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn the_what_if_at_the_quotas_own_ceiling_is_the_plain_report(pool: PgPool) {
     let pool = pin_clock(&pool, 10).await;
@@ -43,17 +57,7 @@ async fn the_what_if_at_the_quotas_own_ceiling_is_the_plain_report(pool: PgPool)
             .await;
         assert!(decision.would_defer);
     }
-    let tallied = eventually(Duration::from_secs(5), (8, 3), || async {
-        sqlx::query_as::<_, (i64, i64)>(
-            "SELECT coalesce(sum(granted), 0)::bigint, coalesce(sum(would_defer), 0)::bigint
-             FROM decision_tally",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    })
-    .await;
-    assert_eq!(tallied, (8, 3));
+    assert_eq!(tallied(&pool, (8, 3)).await, (8, 3));
 
     let report = |query: &'static str| {
         let app = &app;
@@ -128,17 +132,7 @@ async fn the_report_and_its_what_if_cover_every_window(pool: PgPool) {
     }
     let over = [false, false, false, true, true, false, false, false, true];
     assert_eq!(would_defer, over);
-    let tallied = eventually(Duration::from_secs(5), (9, 3), || async {
-        sqlx::query_as::<_, (i64, i64)>(
-            "SELECT coalesce(sum(granted), 0)::bigint, coalesce(sum(would_defer), 0)::bigint
-             FROM decision_tally",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    })
-    .await;
-    assert_eq!(tallied, (9, 3));
+    assert_eq!(tallied(&pool, (9, 3)).await, (9, 3));
 
     let report = |query: &'static str| {
         let app = &app;
