@@ -185,8 +185,10 @@ impl Application {
         let metrics = state.metrics.clone();
         let bootstrap = {
             let (store, catalog, keys) = (store.clone(), catalog.clone(), keys.clone());
+            let durable = (durability.clone(), metrics.clone());
             supervise("bootstrap", metrics.clone(), move || {
-                bootstrap(config.clone(), store.clone(), catalog.clone(), keys.clone())
+                let mirrors = (catalog.clone(), keys.clone());
+                bootstrap(config.clone(), store.clone(), mirrors, durable.clone())
             })
         };
         // Serve at once when the store is there; otherwise start not ready and
@@ -301,10 +303,15 @@ impl Application {
 }
 
 /// Creates the database, migrates and seeds, retrying until the store answers.
-async fn bootstrap(config: Config, store: Store, catalog: Catalog, keys: KeyRing) {
+async fn bootstrap(
+    config: Config,
+    store: Store,
+    (catalog, keys): (Catalog, KeyRing),
+    (durability, metrics): (DurabilityWatch, Metrics),
+) {
     let mut delay = Duration::from_millis(250);
     loop {
-        match bootstrap_once(&config, &store, &catalog, &keys).await {
+        match bootstrap_once(&config, &store, &catalog, &keys, (&durability, &metrics)).await {
             Ok(()) => return tracing::info!("store ready: migrations applied, catalog loaded"),
             Err(error) => {
                 tracing::warn!(error = %format!("{error:#}"), "store not ready; retrying")
@@ -320,6 +327,7 @@ async fn bootstrap_once(
     store: &Store,
     catalog: &Catalog,
     keys: &KeyRing,
+    (durability, metrics): (&DurabilityWatch, &Metrics),
 ) -> anyhow::Result<()> {
     if config.migrate_on_start {
         store::ensure_database(&config.database_url).await?;
@@ -337,6 +345,9 @@ async fn bootstrap_once(
             tracing::debug!(route_class = %name, "route class already in the table; the table wins");
         }
     }
+    // Read before the catalog, whose load makes the replica ready: its
+    // readiness says what a failover can lose from the first answer on.
+    durability.note(store.durability().await?, metrics);
     keys.refresh(store).await?;
     catalog.refresh(store).await?;
     Ok(())

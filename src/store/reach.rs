@@ -47,9 +47,13 @@ pub fn unreachable(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         // Class 08: connection exception; 57P01-57P03: shutdown, cannot
-        // connect now; 53300: too many connections.
+        // connect now; 53300: too many connections; 25006: a read-only
+        // transaction, which is what a standby answers: during a failover a
+        // router may send a connection to a node that holds the leader lock
+        // but has not left recovery yet (docs/operations/failover.md).
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || ["57P01", "57P02", "57P03", "53300"].contains(&&*code)
+            code.starts_with("08")
+                || ["57P01", "57P02", "57P03", "53300", "25006"].contains(&&*code)
         }),
         _ => false,
     }
@@ -111,8 +115,10 @@ mod tests {
     }
 
     #[test]
-    fn connection_and_shutdown_sqlstates_are_out_of_reach() {
-        for code in ["08006", "08001", "57P01", "57P02", "57P03", "53300"] {
+    fn connection_shutdown_and_standby_sqlstates_are_out_of_reach() {
+        for code in [
+            "08006", "08001", "57P01", "57P02", "57P03", "53300", "25006",
+        ] {
             assert!(unreachable(&sqlstate(code)), "{code}");
         }
     }

@@ -29,9 +29,14 @@ pub struct Database {
 impl Database {
     pub async fn fresh() -> Self {
         let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for the tests");
+        Self::fresh_on(&base).await
+    }
+
+    /// [`Database::fresh`] on the server of `base`, a URL with a database.
+    pub async fn fresh_on(base: &str) -> Self {
         let admin = PgPoolOptions::new()
             .max_connections(2)
-            .connect(&base)
+            .connect(base)
             .await
             .expect("the test PostgreSQL answers");
         let name = format!(
@@ -150,6 +155,11 @@ impl Cluster {
             at,
             restarted,
         }
+    }
+
+    /// What each replica has logged since it listened (JSON lines), by slot.
+    pub fn log_lines(&self) -> Vec<Vec<String>> {
+        self.replicas.iter().map(Replica::log_lines).collect()
     }
 
     /// Replicas that are not running any more (none should be).

@@ -6,12 +6,15 @@
 //!
 //! The PostgreSQL restart cuts every other test's connections: it is
 //! `#[ignore]`d and run alone (`cargo test --test faults -- --ignored`).
+//! So are the Patroni failover tests (failover.rs), which skip unless
+//! `.ci/failover` has started their cluster.
 
 #[path = "../it/helpers.rs"]
 #[allow(dead_code)]
 mod helpers;
 
 mod cluster;
+mod failover;
 mod history;
 
 use std::time::{Duration, Instant};
