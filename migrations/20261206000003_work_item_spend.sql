@@ -8,3 +8,10 @@ ALTER TABLE work_item ADD COLUMN spend jsonb
 -- enqueue_work() takes and answers `spend` now: a new signature, created by
 -- the migrate's functions step (sql/functions/enqueue_work.sql).
 DROP FUNCTION IF EXISTS enqueue_work(text[], text[], timestamptz[], smallint[], jsonb[]);
+
+-- The pending items that carry a `spend`, walked by flow in rationing order
+-- (sql/work_candidates_with_spend.sql): a claim looks for them in every flow
+-- of one quota it claims from, and most flows have none, which this index
+-- answers at once where the pending walk would read the flow's backlog.
+CREATE INDEX work_item_pending_spend_idx ON work_item (flow, deadline, priority, id)
+    WHERE state = 'pending' AND spend IS NOT NULL;

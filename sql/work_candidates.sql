@@ -3,9 +3,10 @@
 -- pending and past its retry delay (`not_before`), or claimed with a lease
 -- that ran out. Only the worker's flows $2 (NULL: all), and only items
 -- outside the bypass horizon ($3 seconds). Rows another claim holds are
--- skipped, and nothing is changed here. $5: only items with a `spend` (true),
--- only items without (false), or both (NULL): an item with a `spend` is
--- decided on its own, like a reservation, not from a lane's slots.
+-- skipped, and nothing is changed here. $5: only items without a `spend`
+-- (a lane of one quota's slots: an item with a `spend` is decided on its
+-- own, like a reservation, sql/work_candidates_with_spend.sql), or all
+-- (the items of a flow that spends several quotas, each decided on its own).
 -- Pending items: each flow walks its own index of pending items in order and
 -- stops at $4 (so neither other flows' backlog, nor items claimed before, nor
 -- a sort stand in the way). Lapsed leases: read by when they ran out, few,
@@ -22,7 +23,7 @@ WITH pending AS (
         WHERE state = 'pending'
           AND coalesce(not_before <= arbiter_now(), true)
           AND flow = f.name
-          AND ($5::boolean IS NULL OR (spend IS NOT NULL) = $5::boolean)
+          AND (NOT $5::boolean OR spend IS NULL)
           AND ($2::text[] IS NULL OR flow = ANY($2::text[]))
           AND coalesce(deadline > arbiter_now() + make_interval(secs => $3::float8), true)
         ORDER BY deadline ASC NULLS LAST, priority, id
@@ -34,7 +35,7 @@ WITH pending AS (
     FROM work_item
     WHERE state = 'claimed' AND lease_until < arbiter_now()
       AND flow = ANY($1::text[])
-      AND ($5::boolean IS NULL OR (spend IS NOT NULL) = $5::boolean)
+      AND (NOT $5::boolean OR spend IS NULL)
       AND ($2::text[] IS NULL OR flow = ANY($2::text[]))
       AND coalesce(deadline > arbiter_now() + make_interval(secs => $3::float8), true)
     ORDER BY coalesce(deadline, 'infinity'), priority, id

@@ -168,7 +168,8 @@ pub async fn raw_claim_baseline(
         ) + ";",
         with_literals(
             include_str!("../../sql/work_candidates.sql"),
-            &[&flows, &flows, horizon, "1"],
+            // Items without a `spend`: a lane's walk, as a claim's.
+            &[&flows, &flows, horizon, "1", "true"],
         ) + " \\gset",
         with_literals(
             include_str!("../../sql/work_claim.sql"),

@@ -14,8 +14,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::leases::places_outlook;
 use super::work::{
-    first_look, lease, lease_places, lock_candidates, lock_free_places, Candidate, FirstLook, Lane,
-    PlaceLease,
+    first_look, lease, lease_places, lock_candidates, lock_candidates_with_spend, lock_free_places,
+    Candidate, FirstLook, Lane, PlaceLease,
 };
 use super::{Store, Take, WorkItem};
 use crate::domain::catalog::QuotaRule;
@@ -213,17 +213,18 @@ impl Store {
         let unthrottled = look.unthrottled.into_iter();
         waiting.extend(unthrottled.map(|c| (c, ClaimLane::Unthrottled)));
         for flows in observed {
-            let found = lock_candidates(&mut tx, &lane(flows), remaining, Some(false)).await?;
+            let found = lock_candidates(&mut tx, &lane(flows), remaining, true).await?;
             waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Observed)));
         }
-        for (flows, with_spend) in [
-            (measured.every_item, None),
-            (measured.with_spend, Some(true)),
-        ] {
-            if !flows.is_empty() {
-                let found = lock_candidates(&mut tx, &lane(flows), remaining, with_spend).await?;
-                waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Measured)));
-            }
+        if !measured.every_item.is_empty() {
+            let every = lane(measured.every_item);
+            let found = lock_candidates(&mut tx, &every, remaining, false).await?;
+            waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Measured)));
+        }
+        if !measured.with_spend.is_empty() {
+            let spending = lane(measured.with_spend);
+            let found = lock_candidates_with_spend(&mut tx, &spending, remaining).await?;
+            waiting.extend(found.into_iter().map(|c| (c, ClaimLane::Measured)));
         }
         for (index, enforced) in enforced.iter().enumerate() {
             let mut want = enforced.slots.min(remaining);
@@ -240,7 +241,7 @@ impl Store {
                     places_full = Some(Deferral::by(Limit::InFlight, &outlook, 1));
                 }
             }
-            let found = lock_candidates(&mut tx, &lane(enforced.flows), want, Some(false)).await?;
+            let found = lock_candidates(&mut tx, &lane(enforced.flows), want, true).await?;
             let kind = ClaimLane::Enforced(index);
             waiting.extend(found.into_iter().map(|c| (c, kind)));
         }

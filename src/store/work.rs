@@ -308,12 +308,12 @@ impl Store {
 }
 
 /// Locks up to `limit` claimable items of `lane`, most urgent first: those
-/// with a `spend` (`Some(true)`), those without (`Some(false)`), or both.
+/// without a `spend` (`without_spend`: a lane of one quota's slots), or all.
 pub(super) async fn lock_candidates(
     db: &mut PgConnection,
     lane: &Lane<'_>,
     limit: i64,
-    with_spend: Option<bool>,
+    without_spend: bool,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
     if limit < 1 {
         return Ok(Vec::new());
@@ -325,7 +325,29 @@ pub(super) async fn lock_candidates(
         lane.worker_flows,
         lane.horizon_seconds,
         limit,
-        with_spend
+        without_spend
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Locks up to `limit` claimable items of `lane` that carry a `spend`, most
+/// urgent first, on the index of such items: most flows have none.
+pub(super) async fn lock_candidates_with_spend(
+    db: &mut PgConnection,
+    lane: &Lane<'_>,
+    limit: i64,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    if limit < 1 {
+        return Ok(Vec::new());
+    }
+    sqlx::query_file_as!(
+        Candidate,
+        "sql/work_candidates_with_spend.sql",
+        lane.flows,
+        lane.worker_flows,
+        lane.horizon_seconds,
+        limit
     )
     .fetch_all(db)
     .await
