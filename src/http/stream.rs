@@ -223,8 +223,9 @@ mod tests {
             quota: "api".into(),
             rate,
             burst: rate.map(|r| r / 2.0),
-            configured_rate: rate,
-            configured_burst: rate.map(|r| r / 2.0),
+            // The cadence as configured stays put while the one in force moves.
+            configured_rate: Some(10.0),
+            configured_burst: Some(5.0),
             hourly_ceiling: Some(1000),
             windows: vec![hour(1000, 0)],
             clients,
