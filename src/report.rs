@@ -11,8 +11,9 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::domain::catalog::validate_ceiling;
 use crate::domain::catalog::Mode;
-use crate::domain::window::Period;
+use crate::domain::window::{parse_cli_window, Period};
 use crate::store::{CountedWindow, QuotaRow, SpentHour, Store};
 
 /// Hours shown as the worst of a flow.
@@ -30,32 +31,21 @@ impl WhatIf {
     pub fn parse(list: Option<&str>, hour: Option<i64>) -> Result<Self, String> {
         let mut what_if = BTreeMap::new();
         for item in list.into_iter().flat_map(|l| l.split(',')) {
-            let (period, ceiling) = item
-                .trim()
-                .split_once('=')
-                .ok_or_else(|| format!("`{item}`: a what-if is PERIOD=CEILING, e.g. 1d=8000"))?;
-            let period = Period::parse(period)?;
-            let ceiling = ceiling
-                .parse::<i64>()
-                .ok()
-                .filter(|c| (0..=crate::domain::MAX_CEILING).contains(c))
-                .ok_or_else(|| {
-                    format!(
-                        "`{item}`: the ceiling must be a whole number between 0 and {}",
-                        crate::domain::MAX_CEILING
-                    )
-                })?;
-            if what_if.insert(period, ceiling).is_some() {
-                return Err(format!("the `{period}` window is given twice"));
+            // A window as the CLI's `--window` spells it, less the zone: a
+            // what-if changes a window's ceiling, not where it starts.
+            let spec = parse_cli_window(item.trim())?;
+            if spec.zone.is_some() {
+                return Err(format!(
+                    "`{item}`: a what-if is PERIOD=CEILING, without a zone"
+                ));
+            }
+            let window = spec.rule()?;
+            if what_if.insert(window.period, window.ceiling).is_some() {
+                return Err(format!("the `{}` window is given twice", window.period));
             }
         }
         if let Some(ceiling) = hour {
-            if !(0..=crate::domain::MAX_CEILING).contains(&ceiling) {
-                return Err(format!(
-                    "`ceiling` must be between 0 and {}",
-                    crate::domain::MAX_CEILING
-                ));
-            }
+            validate_ceiling("ceiling", ceiling)?;
             if what_if.insert(Period::HOUR, ceiling).is_some() {
                 return Err("`ceiling` is the `1h` what-if: give it once".to_string());
             }
@@ -673,6 +663,7 @@ mod tests {
             (Some("7m=1"), None),
             (Some("1d"), None),
             (Some("1d=-1"), None),
+            (Some("1d=5@UTC"), None),
             (None, Some(-1)),
         ] {
             assert!(WhatIf::parse(list, hour).is_err(), "{list:?} {hour:?}");

@@ -90,7 +90,7 @@ fn roll(window: &mut WindowShare, now: Instant) {
 /// locally: the arbiter's count lacks the slots not reported yet, so of
 /// the same window the smaller part left stands (a share can come while the
 /// arbiter decides nothing: its stream up, its store out of reach).
-fn still_spent(fresh: &WindowShare, kept: &[WindowShare]) -> WindowShare {
+fn less_spent_here(fresh: &WindowShare, kept: &[WindowShare]) -> WindowShare {
     let same = |old: &&WindowShare| {
         let apart = if old.ends_at > fresh.ends_at {
             old.ends_at - fresh.ends_at
@@ -144,7 +144,7 @@ impl LocalBucket {
             state.windows = share
                 .windows
                 .iter()
-                .map(|fresh| still_spent(fresh, &state.windows))
+                .map(|fresh| less_spent_here(fresh, &state.windows))
                 .collect();
             state.windows_from = share.received_at;
             state.factor = share.factor;

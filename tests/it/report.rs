@@ -21,6 +21,12 @@ fn would_defer_by_flow(report: &Value) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// The report over the last day, with `query` (`&ceiling=5`, …) added.
+async fn report_of(app: &TestApp, query: &str) -> Value {
+    app.admin_json(Method::GET, &format!("/v1/report?since=1d{query}"), None)
+        .await
+}
+
 /// Decisions and would-defers tallied, once the flush wrote `want` (or 5 s).
 async fn tallied(pool: &PgPool, want: (i64, i64)) -> (i64, i64) {
     eventually(Duration::from_secs(5), want, || async {
@@ -59,13 +65,7 @@ async fn the_what_if_at_the_quotas_own_ceiling_is_the_plain_report(pool: PgPool)
     }
     assert_eq!(tallied(&pool, (8, 3)).await, (8, 3));
 
-    let report = |query: &'static str| {
-        let app = &app;
-        async move {
-            app.admin_json(Method::GET, &format!("/v1/report?since=1d{query}"), None)
-                .await
-        }
-    };
+    let report = |query: &'static str| report_of(&app, query);
     let plain = report("").await;
     let expected = vec![("status-report".to_string(), 3), ("sync".to_string(), 0)];
     assert_eq!(would_defer_by_flow(&plain), expected, "{plain}");
@@ -134,13 +134,7 @@ async fn the_report_and_its_what_if_cover_every_window(pool: PgPool) {
     assert_eq!(would_defer, over);
     assert_eq!(tallied(&pool, (9, 3)).await, (9, 3));
 
-    let report = |query: &'static str| {
-        let app = &app;
-        async move {
-            app.admin_json(Method::GET, &format!("/v1/report?since=1d{query}"), None)
-                .await
-        }
-    };
+    let report = |query: &'static str| report_of(&app, query);
     let plain = report("").await;
     let windows = &plain["flows"][0]["windows"];
     let summary = |w: &Value| {
