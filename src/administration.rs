@@ -16,7 +16,7 @@ use crate::catalog::Catalog;
 use crate::domain::admission::{RouteClassPatch, RouteClassSettings};
 use crate::domain::catalog::{FlowPatch, FlowSettings, QuotaPatch, QuotaSettings};
 use crate::domain::{FlowName, QuotaName};
-use crate::metrics::{Metrics, WindowUsage};
+use crate::metrics::{Metrics, PoolReading, WindowUsage};
 use crate::report::{self, Report, WhatIf};
 use crate::shell::{Operation, Shell};
 use crate::store::{
@@ -275,8 +275,13 @@ impl Administration {
                     })
                     .collect::<Vec<_>>()
             });
-        self.metrics
-            .set_state(&flows, usage.as_deref(), self.store.pool());
+        let pool = self.store.pool();
+        let pool = PoolReading {
+            open: pool.size(),
+            idle: pool.num_idle(),
+            max: pool.max_connections(),
+        };
+        self.metrics.set_state(&flows, usage.as_deref(), pool);
         let catalog = &self.catalog;
         self.metrics
             .set_catalog_age(catalog.age(), catalog.stale_after());

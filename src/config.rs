@@ -13,13 +13,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::admission::RouteClassSettings;
 use crate::domain::catalog::{FlowSeed, QuotaLimits};
-use crate::domain::AuthMode;
 use crate::domain::Secret;
+use crate::domain::{AuthMode, PoolMode};
 
 pub(crate) const DEFAULT_CONFIG_FILE: &str = "quota-arbiter.toml";
 
 /// Keys read from `QUOTA_<KEY>` environment variables.
 const ENV_KEYS: &[&str] = &[
+    "database_pool_mode",
+    "direct_database_url",
     "listen",
     "hourly_ceiling",
     "bypass_horizon",
@@ -127,6 +129,16 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub database_url: Secret,
+    /// How `database_url`'s connections reach PostgreSQL, as PgBouncer's
+    /// `pool_mode` says: `session` (PostgreSQL itself, or a session pooler)
+    /// or `transaction` (design.md §13).
+    pub database_pool_mode: PoolMode,
+    /// PostgreSQL itself, past any pooler: migrations and the connection
+    /// that listens for catalog changes use it. Unset: `database_url` in
+    /// session pool mode; in transaction pool mode, no listener (the catalog
+    /// is polled) and no migrations at start.
+    #[serde(default)]
+    pub direct_database_url: Option<Secret>,
     pub listen: SocketAddr,
     /// Ceiling of a quota that names none.
     pub hourly_ceiling: i64,
@@ -193,6 +205,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             database_url: Secret("postgres://localhost/quota_arbiter".into()),
+            database_pool_mode: PoolMode::Session,
+            direct_database_url: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             hourly_ceiling: 1000,
             bypass_horizon: Duration::from_secs(15 * 60),
@@ -243,6 +257,17 @@ impl Config {
             .merge(Env::prefixed("QUOTA_").only(ENV_KEYS))
     }
 
+    /// Where a session of its own can be had (migrations, LISTEN, operator
+    /// commands): `direct_database_url`, else `database_url` when its
+    /// sessions last; with the key it came from.
+    pub fn session_url(&self) -> Option<(&'static str, &Secret)> {
+        match (&self.direct_database_url, self.database_pool_mode) {
+            (Some(url), _) => Some(("direct_database_url", url)),
+            (None, PoolMode::Session) => Some(("database_url", &self.database_url)),
+            (None, PoolMode::Transaction) => None,
+        }
+    }
+
     fn validated(mut self) -> Result<Self, ConfigError> {
         // An empty token would enable an admin API nobody can call.
         if self
@@ -275,6 +300,19 @@ impl Config {
         }
         if self.lease_duration < Duration::from_secs(1) {
             return Err(invalid("lease_duration", "must be at least 1s".into()));
+        }
+        if self.database_pool_mode == PoolMode::Transaction
+            && self.migrate_on_start
+            && self.direct_database_url.is_none()
+        {
+            return Err(invalid(
+                "direct_database_url",
+                "is needed to migrate on start when database_pool_mode is transaction \
+                 (migrations hold a session lock a transaction pooler cannot keep): set it \
+                 to PostgreSQL itself, or set migrate_on_start = false and run \
+                 `quota-arbiter migrate` with DATABASE_URL pointing at PostgreSQL"
+                    .into(),
+            ));
         }
         if self.max_connections == 0 {
             return Err(invalid("max_connections", "must be at least 1".into()));
@@ -332,6 +370,8 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("database_url", &self.database_url)
+            .field("database_pool_mode", &self.database_pool_mode)
+            .field("direct_database_url", &self.direct_database_url)
             .field("listen", &self.listen)
             .field("hourly_ceiling", &self.hourly_ceiling)
             .field("bypass_horizon", &self.bypass_horizon)

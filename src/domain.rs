@@ -148,6 +148,19 @@ pub enum AuthMode {
     Keys,
 }
 
+/// How the connections of `database_url` reach PostgreSQL, named as
+/// PgBouncer's `pool_mode`: `session` (PostgreSQL itself, or a pooler that
+/// gives each client connection a server connection for as long as it
+/// lasts) or `transaction` (a pooler that may hand each transaction to
+/// another server connection; design.md §13).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    #[default]
+    Session,
+    Transaction,
+}
+
 /// Ordered: each role may do what the ones below it may. An operator only
 /// reads; a worker spends quota and also reads the views of what it spends;
 /// an admin does everything.

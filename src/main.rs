@@ -4,6 +4,7 @@ use clap::Parser;
 
 use quota_arbiter::cli::{Cli, Command};
 use quota_arbiter::config::{self, Config};
+use quota_arbiter::domain::PoolMode;
 use quota_arbiter::report::WhatIf;
 use quota_arbiter::startup::Application;
 use quota_arbiter::{operator, store, telemetry};
@@ -70,9 +71,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .await?
         }
         Command::Migrate => {
-            store::ensure_database(&config.database_url).await?;
+            // Migrations hold a session lock: PostgreSQL itself, or a
+            // session pooler (design.md §13).
+            let url = config.session_url().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "database_pool_mode is transaction: set direct_database_url \
+                     (QUOTA_DIRECT_DATABASE_URL) to PostgreSQL itself to migrate"
+                )
+            })?;
+            store::ensure_database(url.1).await?;
             store::migrate(&store::connect_lazy(
-                &config.database_url,
+                url,
+                PoolMode::Session,
                 config.max_connections,
                 config.store_timeout,
             )?)

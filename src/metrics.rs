@@ -202,6 +202,15 @@ impl Default for Metrics {
     }
 }
 
+/// The replica's PostgreSQL pool, as a scrape finds it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolReading {
+    /// Connections open, idle or in use.
+    pub open: u32,
+    pub idle: usize,
+    pub max: u32,
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("quota_arbiter");
@@ -533,12 +542,7 @@ impl Metrics {
 
     /// Sets the gauges that describe state rather than events, just before a
     /// scrape, and creates the counters of flows the catalog now has.
-    pub fn set_state(
-        &self,
-        flows: &[FlowRule],
-        usage: Option<&[WindowUsage]>,
-        pool: &sqlx::PgPool,
-    ) {
+    pub fn set_state(&self, flows: &[FlowRule], usage: Option<&[WindowUsage]>, pool: PoolReading) {
         self.register_flows(flows);
         self.flow_mode.clear();
         self.flow_enforce_percent.clear();
@@ -590,7 +594,7 @@ impl Metrics {
                 self.effective_burst.get_or_create(&labels).set(burst);
             }
         }
-        let (size, idle) = (i64::from(pool.size()), pool.num_idle() as i64);
+        let (size, idle) = (i64::from(pool.open), pool.idle as i64);
         let state = |s: &str| PoolLabels {
             state: s.to_string(),
         };
@@ -600,8 +604,7 @@ impl Metrics {
         self.pool_connections
             .get_or_create(&state("in_use"))
             .set(size - idle);
-        self.pool_max_connections
-            .set(i64::from(pool.options().get_max_connections()));
+        self.pool_max_connections.set(i64::from(pool.max));
     }
 
     /// The exposition in the Prometheus text format ([`CONTENT_TYPE`]).

@@ -3,32 +3,34 @@
 
 pub mod keys;
 
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 
 use crate::cli::{FlowArgs, QuotaArgs};
 use crate::config::Config;
-use crate::domain::QuotaName;
+use crate::domain::{PoolMode, QuotaName};
 use crate::report::{self, Report, WhatIf};
-use crate::store::{CatalogError, FlowRow, Store, WhenMissing};
+use crate::store::{self, CatalogError, FlowRow, Store, WhenMissing};
 
 pub async fn connect(config: &Config) -> anyhow::Result<Store> {
-    let options = PgConnectOptions::from_str(config.database_url.expose())?
-        .application_name("quota-arbiter-cli");
+    // PostgreSQL itself when named; else `database_url`, through whatever
+    // pooler it names.
+    let (url, mode) = match config.session_url() {
+        Some(url) => (url, PoolMode::Session),
+        None => (
+            ("database_url", &config.database_url),
+            config.database_pool_mode,
+        ),
+    };
+    let options = store::connect_options(url, mode)?.application_name("quota-arbiter-cli");
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot reach the database at {:?}: {e}",
-                config.database_url
-            )
-        })?;
-    Ok(Store::new(pool))
+        .map_err(|e| anyhow::anyhow!("cannot reach the database at {:?}: {e}", url.1))?;
+    Ok(Store::with_mode(pool, mode))
 }
 
 /// Who the audit trail names for a change made from this shell.

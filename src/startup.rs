@@ -18,6 +18,7 @@ use crate::bypass::BypassDesk;
 use crate::catalog::Catalog;
 use crate::clock::DbClock;
 use crate::config::Config;
+use crate::domain::PoolMode;
 use crate::durability::DurabilityWatch;
 use crate::http::{self, AppState, Services};
 use crate::metrics::Metrics;
@@ -31,6 +32,12 @@ use crate::work_registry::WorkRegistry;
 /// How often a replica re-reads the catalog and the database clock anyway: the
 /// safety net under LISTEN/NOTIFY, should the listening connection drop.
 const SYNC_EVERY: Duration = Duration::from_secs(2);
+/// How often a replica that cannot listen (behind a transaction pooler with
+/// no `direct_database_url`) re-reads the catalog and the key ring: a flip or
+/// a revocation is obeyed within about a second all the same (design.md §13).
+const POLL_EVERY: Duration = Duration::from_millis(500);
+/// Connections to `direct_database_url`: the listener's and a migration's.
+const DIRECT_CONNECTIONS: u32 = 2;
 /// The channel the catalog trigger notifies on every quota or flow change.
 const CATALOG_CHANNEL: &str = "quota_arbiter_catalog";
 /// How often counts and tallies made off the hot path are written.
@@ -95,16 +102,37 @@ impl Application {
     /// migrations when the store is reachable, and binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let pool = store::connect_lazy(
-            &config.database_url,
+            ("database_url", &config.database_url),
+            config.database_pool_mode,
             config.max_connections,
             config.store_timeout,
         )?;
         Self::build_with_pool(config, pool).await
     }
 
+    /// [`Application::build`] on `pool`, connected to `database_url` as
+    /// `database_pool_mode` says.
     pub async fn build_with_pool(config: Config, pool: PgPool) -> anyhow::Result<Self> {
         let listener = bind(config.listen).await?;
-        let store = Store::new(pool);
+        let store = Store::with_mode(pool, config.database_pool_mode);
+        // What holds a session of its own (migrations, LISTEN): PostgreSQL
+        // itself when named, else `database_url` if its sessions last.
+        let sessions = match &config.direct_database_url {
+            Some(url) => Some(store::connect_lazy(
+                ("direct_database_url", url),
+                PoolMode::Session,
+                DIRECT_CONNECTIONS,
+                config.store_timeout,
+            )?),
+            None => store.pool().sessions().cloned(),
+        };
+        if sessions.is_none() {
+            tracing::info!(
+                every = ?POLL_EVERY,
+                "no session to listen on (transaction pooling, no direct_database_url): \
+                 the catalog and the keys are polled"
+            );
+        }
         let keys = KeyRing::default();
         let durability = DurabilityWatch::default();
         let (catalog, ledger, clock, metrics) = (
@@ -186,9 +214,11 @@ impl Application {
         let bootstrap = {
             let (store, catalog, keys) = (store.clone(), catalog.clone(), keys.clone());
             let durable = (durability.clone(), metrics.clone());
+            let sessions = sessions.clone();
             supervise("bootstrap", metrics.clone(), move || {
                 let mirrors = (catalog.clone(), keys.clone());
-                bootstrap(config.clone(), store.clone(), mirrors, durable.clone())
+                let stores = (store.clone(), sessions.clone());
+                bootstrap(config.clone(), stores, mirrors, durable.clone())
             })
         };
         // Serve at once when the store is there; otherwise start not ready and
@@ -205,10 +235,15 @@ impl Application {
         let sync = {
             let (store, catalog, keys) = (store.clone(), catalog.clone(), keys.clone());
             let (durability, watched) = (durability.clone(), metrics.clone());
+            let every = if sessions.is_some() {
+                SYNC_EVERY
+            } else {
+                POLL_EVERY
+            };
             supervise("catalog_sync", metrics.clone(), move || {
                 let durable = (durability.clone(), watched.clone());
                 sync_loop(
-                    store.clone(),
+                    (store.clone(), every),
                     catalog.clone(),
                     keys.clone(),
                     clock.clone(),
@@ -216,24 +251,24 @@ impl Application {
                 )
             })
         };
-        let listen = {
+        let listen = sessions.map(|sessions| {
             let (store, failures) = (store.clone(), metrics.clone());
             supervise("catalog_listen", metrics.clone(), move || {
                 listen_loop(
-                    store.clone(),
+                    (store.clone(), sessions.clone()),
                     catalog.clone(),
                     keys.clone(),
                     failures.clone(),
                 )
             })
-        };
+        });
         let prune = {
             let (store, failures) = (store.clone(), metrics.clone());
             supervise("prune", metrics.clone(), move || {
                 prune_loop(store.clone(), retentions, failures.clone())
             })
         };
-        let background = vec![bootstrap, sync, listen, prune];
+        let background = [bootstrap, sync, prune].into_iter().chain(listen).collect();
         let (stop_flushing, stopped) = tokio::sync::watch::channel(false);
         let flusher = {
             let (store, ledger, failures) = (store.clone(), ledger.clone(), metrics.clone());
@@ -305,13 +340,14 @@ impl Application {
 /// Creates the database, migrates and seeds, retrying until the store answers.
 async fn bootstrap(
     config: Config,
-    store: Store,
+    (store, sessions): (Store, Option<PgPool>),
     (catalog, keys): (Catalog, KeyRing),
     (durability, metrics): (DurabilityWatch, Metrics),
 ) {
     let mut delay = Duration::from_millis(250);
     loop {
-        match bootstrap_once(&config, &store, &catalog, &keys, (&durability, &metrics)).await {
+        let stores = (&store, sessions.as_ref());
+        match bootstrap_once(&config, stores, &catalog, &keys, (&durability, &metrics)).await {
             Ok(()) => return tracing::info!("store ready: migrations applied, catalog loaded"),
             Err(error) => {
                 tracing::warn!(error = %format!("{error:#}"), "store not ready; retrying")
@@ -324,14 +360,17 @@ async fn bootstrap(
 
 async fn bootstrap_once(
     config: &Config,
-    store: &Store,
+    (store, sessions): (&Store, Option<&PgPool>),
     catalog: &Catalog,
     keys: &KeyRing,
     (durability, metrics): (&DurabilityWatch, &Metrics),
 ) -> anyhow::Result<()> {
     if config.migrate_on_start {
-        store::ensure_database(&config.database_url).await?;
-        store::migrate(store.pool()).await?;
+        let (Some(sessions), Some((_, url))) = (sessions, config.session_url()) else {
+            anyhow::bail!("migrate_on_start needs a session: set direct_database_url");
+        };
+        store::ensure_database(url).await?;
+        store::migrate(sessions).await?;
     }
     store::seed_catalog(
         store.pool(),
@@ -354,13 +393,13 @@ async fn bootstrap_once(
 }
 
 async fn sync_loop(
-    store: Store,
+    (store, every): (Store, Duration),
     catalog: Catalog,
     keys: KeyRing,
     clock: DbClock,
     (durability, metrics): (DurabilityWatch, Metrics),
 ) {
-    let mut tick = tokio::time::interval(SYNC_EVERY);
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut healthy = true;
     loop {
@@ -395,9 +434,18 @@ async fn sync_loop(
 /// Reloads the catalog as soon as the database announces a change, so a flip
 /// made anywhere (SQL, CLI, API) is obeyed within milliseconds; so is a key
 /// created or revoked (the `api_key` trigger notifies on the same channel).
-async fn listen_loop(store: Store, catalog: Catalog, keys: KeyRing, metrics: Metrics) {
+///
+/// It listens on `sessions` (PostgreSQL itself, or a session pooler): a
+/// transaction pooler would hand the notifications to whichever client holds
+/// the server connection, or to none.
+async fn listen_loop(
+    (store, sessions): (Store, PgPool),
+    catalog: Catalog,
+    keys: KeyRing,
+    metrics: Metrics,
+) {
     loop {
-        if let Err(error) = listen_once(&store, &catalog, &keys).await {
+        if let Err(error) = listen_once(&store, &sessions, &catalog, &keys).await {
             tracing::debug!(%error, "catalog listener lost; reconnecting");
             metrics.record_background_failure("catalog_listen");
         }
@@ -405,8 +453,13 @@ async fn listen_loop(store: Store, catalog: Catalog, keys: KeyRing, metrics: Met
     }
 }
 
-async fn listen_once(store: &Store, catalog: &Catalog, keys: &KeyRing) -> Result<(), sqlx::Error> {
-    let mut listener = PgListener::connect_with(store.pool()).await?;
+async fn listen_once(
+    store: &Store,
+    sessions: &PgPool,
+    catalog: &Catalog,
+    keys: &KeyRing,
+) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(sessions).await?;
     listener.listen(CATALOG_CHANNEL).await?;
     loop {
         // Also after (re)connecting: changes made meanwhile were not announced to us.

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 
 use crate::domain::decision::{Decision, Outcome};
+use crate::store::Connections;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct TallyKey {
@@ -203,7 +203,7 @@ impl Ledger {
     /// Writes everything pending in one transaction; on failure, or when
     /// this future is dropped before the commit, the numbers are put back
     /// for the next flush.
-    pub async fn flush(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+    pub async fn flush(&self, pool: &Connections) -> Result<(), sqlx::Error> {
         let batch = mem::take(&mut *self.lock());
         if batch.is_empty() {
             return Ok(());
@@ -222,7 +222,7 @@ impl Ledger {
     /// The last flush, at shutdown: waits (up to `grace`) for the counts
     /// still to come, then writes, retrying while the store does not answer
     /// until `grace` is spent. What is left is reported as lost.
-    pub async fn flush_before_exit(&self, pool: &PgPool, grace: Duration) {
+    pub async fn flush_before_exit(&self, pool: &Connections, grace: Duration) {
         let until = tokio::time::Instant::now() + grace;
         while self.expected.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -253,7 +253,7 @@ impl Ledger {
     }
 }
 
-async fn write_batch(pool: &PgPool, batch: &Pending) -> Result<(), sqlx::Error> {
+async fn write_batch(pool: &Connections, batch: &Pending) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     if !batch.slots.is_empty() {
         let (mut quotas, mut windows, mut slots) = (Vec::new(), Vec::new(), Vec::new());
@@ -268,7 +268,7 @@ async fn write_batch(pool: &PgPool, batch: &Pending) -> Result<(), sqlx::Error> 
             &windows as &[Option<DateTime<Utc>>],
             &slots
         )
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
     }
     if !batch.tallies.is_empty() {
@@ -289,7 +289,7 @@ async fn write_batch(pool: &PgPool, batch: &Pending) -> Result<(), sqlx::Error> 
             &c.unthrottled,
             &c.would_defer_with_deadline
         )
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
     }
     tx.commit().await

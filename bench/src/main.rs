@@ -140,6 +140,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .connect(&args.database_url)
         .await
         .context("connecting to DATABASE_URL")?;
+    let options = pool.connect_options();
     let store = Store::new(pool);
     let synchronous_commit = sqlx::query_file_scalar!("sql/synchronous_commit.sql")
         .fetch_one(store.pool())
@@ -157,7 +158,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         concurrency: c,
         duration: d,
     };
-    let options = store.pool().connect_options();
     let database = options
         .get_database()
         .unwrap_or(options.get_username())

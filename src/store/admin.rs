@@ -1,8 +1,8 @@
 //! Catalog administration and window inspection.
 
+use super::StoreTransaction;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::{Store, StoreError};
@@ -155,13 +155,10 @@ impl From<sqlx::Error> for CatalogError {
 impl Store {
     /// Opens a transaction whose catalog changes the audit trigger attributes
     /// to `actor` (e.g. `api:admin`, `cli:alice`).
-    pub(super) async fn as_actor(
-        &self,
-        actor: &str,
-    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    pub(super) async fn as_actor(&self, actor: &str) -> Result<StoreTransaction, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         sqlx::query_file_scalar!("sql/declare_actor.sql", actor)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut tx)
             .await?;
         Ok(tx)
     }
@@ -191,7 +188,7 @@ impl Store {
     ) -> Result<QuotaRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let current = sqlx::query_file!("sql/lock_quota.sql", name)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut tx)
             .await?
             .map(|row| QuotaSettings {
                 windows: super::catalog::windows_of_row(row.periods, row.ceilings, row.zones),
@@ -219,7 +216,7 @@ impl Store {
     pub(crate) async fn delete_quota(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let row = sqlx::query_file!("sql/delete_quota.sql", name)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut tx)
             .await?;
         if !row.flows.is_empty() {
             return Err(CatalogError::Conflict(format!(
@@ -276,7 +273,7 @@ impl Store {
     ) -> Result<FlowRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let current = sqlx::query_file!("sql/lock_flow.sql", name)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut tx)
             .await?
             .map(|row| FlowSettings {
                 quota: QuotaName::of_row(row.quota),
@@ -312,7 +309,7 @@ impl Store {
     pub(crate) async fn delete_flow(&self, actor: &str, name: &str) -> Result<(), CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let row = sqlx::query_file!("sql/delete_flow.sql", name)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut tx)
             .await?;
         if row.open_work > 0 {
             return Err(CatalogError::Conflict(format!(
@@ -440,13 +437,13 @@ impl Store {
 /// PostgreSQL does not know is refused here: its zone names are the
 /// service's (no second copy of the time-zone database in the binary).
 async fn write_quota(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut StoreTransaction,
     name: &str,
     s: &QuotaSettings,
 ) -> Result<(), CatalogError> {
     if s.rate.is_some() || s.max_in_flight.is_some() {
         let flows = sqlx::query_file_scalar!("sql/flows_spending_with_others.sql", name)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *tx)
             .await?;
         if !flows.is_empty() {
             return Err(CatalogError::Invalid(format!(
@@ -459,7 +456,7 @@ async fn write_quota(
     let zones: Vec<String> = s.windows.iter().filter_map(|w| w.zone.clone()).collect();
     if !zones.is_empty() {
         let unknown = sqlx::query_file_scalar!("sql/unknown_zones.sql", &zones)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *tx)
             .await?;
         if let Some(zone) = unknown.first() {
             return Err(CatalogError::Invalid(format!(
@@ -477,14 +474,14 @@ async fn write_quota(
         s.priority2_share,
         s.priority3_share
     )
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     write_windows(tx, name, &s.windows).await?;
     Ok(())
 }
 
 async fn write_windows(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut StoreTransaction,
     name: &str,
     windows: &[WindowRule],
 ) -> Result<(), sqlx::Error> {
@@ -496,7 +493,7 @@ async fn write_windows(
         &ceilings,
         &zones as &[Option<String>]
     )
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }
@@ -504,7 +501,7 @@ async fn write_windows(
 /// Writes a flow whose settings are checked; its quota must exist, or is
 /// created with the ceiling `create_quota` carries.
 async fn write_flow(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut StoreTransaction,
     name: &str,
     settings: &FlowSettings,
     create_quota: Option<i64>,
@@ -512,11 +509,11 @@ async fn write_flow(
     for quota in settings.quotas().map(QuotaName::as_str) {
         if let Some(ceiling) = create_quota {
             sqlx::query_file!("sql/ensure_quota.sql", quota, ceiling)
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await?;
         }
         let exists = sqlx::query_file_scalar!("sql/lock_quota_key.sql", quota)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *tx)
             .await?;
         if exists.is_none() {
             return Err(CatalogError::Invalid(format!(
@@ -533,7 +530,7 @@ async fn write_flow(
     if !further.is_empty() {
         let every: Vec<String> = settings.quotas().map(|q| q.as_str().to_string()).collect();
         let paced = sqlx::query_file_scalar!("sql/paced_quotas_among.sql", &every)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *tx)
             .await?;
         if !paced.is_empty() {
             return Err(CatalogError::Invalid(format!(
@@ -554,6 +551,6 @@ async fn write_flow(
         settings.fallback.as_str(),
         &further
     )
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await?)
 }

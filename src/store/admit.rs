@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use super::StoreTransaction;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Postgres, Transaction};
 use utoipa::ToSchema;
 
 use super::{CatalogError, Store};
@@ -48,7 +48,7 @@ impl Store {
     ) -> Result<RouteClassRow, CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let current = sqlx::query_file_as!(RouteClassSettings, "sql/lock_route_class.sql", name)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut tx)
             .await?
             .ok_or_else(|| {
                 CatalogError::NotFound(format!(
@@ -69,7 +69,7 @@ impl Store {
     ) -> Result<(), CatalogError> {
         let mut tx = self.as_actor(actor).await?;
         let deleted = sqlx::query_file!("sql/delete_route_class.sql", name)
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await?;
         if deleted.rows_affected() == 0 {
             return Err(CatalogError::NotFound(format!("no route class `{name}`")));
@@ -187,7 +187,7 @@ impl Store {
 /// Writes a route class whose settings are checked (`PUT`, or a `PATCH`
 /// merged with the stored class).
 async fn write_route_class(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut StoreTransaction,
     name: &str,
     s: &RouteClassSettings,
 ) -> Result<RouteClassRow, sqlx::Error> {
@@ -202,6 +202,6 @@ async fn write_route_class(
         s.tenant_share,
         s.capacity_error_budget
     )
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await
 }

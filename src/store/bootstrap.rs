@@ -21,7 +21,9 @@ use sqlx::{Executor, PgPool, Postgres};
 
 use crate::domain::catalog::{FlowSeed, QuotaLimits};
 use crate::domain::window::WindowSpec;
-use crate::domain::Secret;
+use crate::domain::{PoolMode, Secret};
+
+use super::Connections;
 
 /// The migrations in `migrations/`, as every deployed database runs them.
 pub static MIGRATOR: Migrator = sqlx::migrate!();
@@ -154,20 +156,35 @@ fn drop_views() -> String {
     format!("DROP VIEW IF EXISTS {};", names.join(", "))
 }
 
+/// How to connect to `database_url` (`key` names the setting it came from).
+/// Through a pooler in transaction mode (`mode`), no statement is kept on a
+/// connection (`super::connections`): the statement cache is off.
+pub fn connect_options(
+    (key, database_url): (&str, &Secret),
+    mode: PoolMode,
+) -> anyhow::Result<PgConnectOptions> {
+    let options = PgConnectOptions::from_str(database_url.expose()).map_err(|e| {
+        anyhow::anyhow!(
+            "configuration error: `{key}` ({database_url:?}) is not a PostgreSQL URL: {e}"
+        )
+    })?;
+    Ok(match mode {
+        PoolMode::Session => options,
+        PoolMode::Transaction => options.statement_cache_capacity(0),
+    })
+}
+
 /// A pool that connects on first use, so the service starts (not ready) while
 /// PostgreSQL is down and recovers by itself when it comes back.
 /// A decision waits for a connection no longer than it may wait at all
 /// (`store_timeout`).
 pub fn connect_lazy(
-    database_url: &Secret,
+    url: (&str, &Secret),
+    mode: PoolMode,
     max_connections: u32,
     store_timeout: Duration,
 ) -> anyhow::Result<PgPool> {
-    let options = PgConnectOptions::from_str(database_url.expose()).map_err(|e| {
-        anyhow::anyhow!(
-            "configuration error: `database_url` ({database_url:?}) is not a PostgreSQL URL: {e}"
-        )
-    })?;
+    let options = connect_options(url, mode)?;
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(store_timeout)
@@ -315,7 +332,7 @@ pub static FRESH_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 /// by a restart; a difference is logged so the operator can reconcile. A
 /// quota without a ceiling of its own gets `default_ceiling`.
 pub async fn seed_catalog(
-    pool: &PgPool,
+    pool: &Connections,
     default_ceiling: i64,
     quotas: &BTreeMap<String, QuotaLimits>,
     flows: &BTreeMap<String, FlowSeed>,

@@ -48,13 +48,13 @@ impl Store {
     pub(crate) async fn load_catalog(&self) -> Result<Snapshot, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         let quotas = sqlx::query_file!("sql/catalog_quotas.sql")
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut tx)
             .await?;
         let flows = sqlx::query_file!("sql/catalog_flows.sql")
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut tx)
             .await?;
         let route_classes = sqlx::query_file!("sql/list_route_classes.sql", None::<String>)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut tx)
             .await?;
         tx.commit().await?;
         let quotas = quotas

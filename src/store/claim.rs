@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use sqlx::{PgConnection, Postgres, Transaction};
+use super::StoreTransaction;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::leases::places_outlook;
@@ -87,7 +87,7 @@ pub struct BegunClaim<'a> {
     /// How long the group waited for its turn among the open claim
     /// transactions (`quota_arbiter_claim_wait_seconds`).
     pub waited: Duration,
-    tx: Transaction<'static, Postgres>,
+    tx: StoreTransaction,
     look: FirstLook,
     group: ClaimGroup<'a>,
 }
@@ -126,7 +126,7 @@ impl Store {
     /// A transaction whose statements run on generic plans that walk their
     /// indexes (`sql/claim_plan_settings.sql`), begun together with those
     /// settings: one round trip, not two.
-    async fn claim_transaction(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    async fn claim_transaction(&self) -> Result<StoreTransaction, sqlx::Error> {
         let begin = concat!(
             "BEGIN;\n",
             include_str!("../../sql/claim_plan_settings.sql")
@@ -237,7 +237,7 @@ impl Store {
                 free_places[index] = lock_free_places(&mut tx, name, want).await?;
                 want = free_places[index].len() as i64;
                 if want == 0 {
-                    let outlook = places_outlook(&mut *tx, name).await?;
+                    let outlook = places_outlook(&mut tx, name).await?;
                     places_full = Some(Deferral::by(Limit::InFlight, &outlook, 1));
                 }
             }
@@ -343,7 +343,7 @@ pub struct MeasuredGrant {
 /// measured items are decided.
 pub struct LockedClaim<'a> {
     _open: OwnedSemaphorePermit,
-    tx: Transaction<'static, Postgres>,
+    tx: StoreTransaction,
     claimants: &'a [Claimant],
     chosen: Vec<(Candidate, ClaimLane)>,
     /// In-flight place leases of the chosen enforced items, by item id.
@@ -366,7 +366,7 @@ impl LockedClaim<'_> {
 /// first come first served, each up to its `max`; each item with its
 /// decision's outcome and its in-flight place lease. Per claimant.
 async fn lease_chosen(
-    tx: &mut PgConnection,
+    tx: &mut StoreTransaction,
     chosen: Vec<(Candidate, ClaimLane)>,
     lease_ids: &HashMap<i64, i64>,
     claimants: &[Claimant],

@@ -17,6 +17,7 @@ mod admit;
 mod bootstrap;
 mod catalog;
 pub mod claim;
+mod connections;
 mod history;
 mod keys;
 mod leases;
@@ -34,9 +35,11 @@ pub use admin::{
 };
 pub use admit::RouteClassRow;
 pub use bootstrap::{
-    connect_lazy, ensure_database, migrate, objects_fingerprint, recorded_fingerprint,
-    seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS, MIGRATOR, OBJECTS_REVISION, VIEWS,
+    connect_lazy, connect_options, ensure_database, migrate, objects_fingerprint,
+    recorded_fingerprint, seed_catalog, SqlObject, FRESH_MIGRATOR, FUNCTIONS, MIGRATOR,
+    OBJECTS_REVISION, VIEWS,
 };
+pub use connections::{Connections, StoreTransaction};
 pub use keys::{ActiveKey, KeyRow};
 pub use leases::{AdaptedCadence, Lease, LeaseRelease, LeaseScope, ReleaseAsk, ReleasedLease};
 pub use paced::{LabelledLease, PacedAsks, PacedGiveBack, PacedTake};
@@ -56,11 +59,12 @@ use tokio::sync::Semaphore;
 use crate::domain::decision::Deferral;
 use crate::domain::window::WindowCount;
 use crate::domain::ClockReading;
+use crate::domain::PoolMode;
 
 /// The reservation store: the only code that can spend a slot conditionally.
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: PgPool,
+    pool: Connections,
     /// Claim transactions open at once: at most half the pool. A claim's
     /// transaction holds its connection while the claim's take, in a
     /// statement of its own, needs another; as many open transactions as
@@ -99,16 +103,23 @@ impl Reservation {
 }
 
 impl Store {
+    /// A store on connections straight to PostgreSQL (or a session pooler).
     pub fn new(pool: PgPool) -> Self {
-        let connections = pool.options().get_max_connections();
-        let claim_transactions = (connections / 2).max(1) as usize;
+        Self::with_mode(pool, PoolMode::Session)
+    }
+
+    /// A store on connections that reach PostgreSQL as `mode` says.
+    pub fn with_mode(pool: PgPool, mode: PoolMode) -> Self {
+        let pool = Connections::new(pool, mode);
+        let claim_transactions = (pool.max_connections() / 2).max(1) as usize;
         Self {
             pool,
             claim_transactions: Arc::new(Semaphore::new(claim_transactions)),
         }
     }
 
-    pub fn pool(&self) -> &PgPool {
+    /// The connections every statement of the store runs on.
+    pub fn pool(&self) -> &Connections {
         &self.pool
     }
 

@@ -128,7 +128,7 @@ impl Store {
     ) -> Result<Settlement<E>, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         let rows = sqlx::query_file!("sql/reservation_lock.sql", id, settle_within.as_secs_f64())
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut tx)
             .await?;
         let Some(first) = rows.first() else {
             return Ok(Settlement::NotFound);
@@ -184,7 +184,7 @@ impl Store {
             &windows.start,
             &windows.end
         )
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await?;
         tx.commit().await?;
         let windows = adjusted

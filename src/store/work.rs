@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::PgExecutor;
+
+use super::StoreTransaction;
 use utoipa::ToSchema;
 
 use super::Store;
@@ -310,7 +312,7 @@ impl Store {
 /// Locks up to `limit` claimable items of `lane`, most urgent first: those
 /// without a `spend` (`without_spend`: a lane of one quota's slots), or all.
 pub(super) async fn lock_candidates(
-    db: &mut PgConnection,
+    db: &mut StoreTransaction,
     lane: &Lane<'_>,
     limit: i64,
     without_spend: bool,
@@ -334,7 +336,7 @@ pub(super) async fn lock_candidates(
 /// Locks up to `limit` claimable items of `lane` that carry a `spend`, most
 /// urgent first, on the index of such items: most flows have none.
 pub(super) async fn lock_candidates_with_spend(
-    db: &mut PgConnection,
+    db: &mut StoreTransaction,
     lane: &Lane<'_>,
     limit: i64,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
@@ -357,7 +359,7 @@ pub(super) async fn lock_candidates_with_spend(
 /// throttles (count mode or unknown, by the flow table), and says which of
 /// `enforced` have work: one statement.
 pub(super) async fn first_look(
-    db: &mut PgConnection,
+    db: &mut StoreTransaction,
     worker_flows: Option<&[String]>,
     horizon_seconds: f64,
     limit: i64,
@@ -418,7 +420,7 @@ pub(super) async fn lease<'e>(
 
 /// Locks up to `n` free in-flight places of `quota` for a claim.
 pub(super) async fn lock_free_places(
-    db: &mut PgConnection,
+    db: &mut StoreTransaction,
     quota: &str,
     n: i64,
 ) -> Result<Vec<i32>, sqlx::Error> {
@@ -437,7 +439,7 @@ pub struct PlaceLease {
 
 /// Leases the locked `places` of `quota`, one to each of `flows`.
 pub(super) async fn lease_places(
-    db: &mut PgConnection,
+    db: &mut StoreTransaction,
     quota: &str,
     places: &[i32],
     flows: &[String],

@@ -277,9 +277,14 @@ async fn a_config_file_seeds_a_flow_with_its_fallback(pool: PgPool) {
             },
         );
     }
-    quota_arbiter::store::seed_catalog(&pool, config.hourly_ceiling, &config.quotas, &config.flows)
-        .await
-        .unwrap();
+    quota_arbiter::store::seed_catalog(
+        &pool.clone().into(),
+        config.hourly_ceiling,
+        &config.quotas,
+        &config.flows,
+    )
+    .await
+    .unwrap();
     let stored: Vec<(String, String)> =
         sqlx::query_as("SELECT name, fallback FROM flow ORDER BY name")
             .fetch_all(&pool)

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use figment::Jail;
 use quota_arbiter::config::Config;
+use quota_arbiter::domain::PoolMode;
 
 #[test]
 fn env_overrides_file_overrides_defaults() {
@@ -178,6 +179,46 @@ fn a_seeded_quota_is_checked_like_one_put_through_the_api() {
             error.contains("quotas.api") && error.contains("max_in_flight"),
             "{error}"
         );
+        Ok(())
+    });
+}
+
+/// Behind a transaction pooler, what needs a session (migrations, LISTEN)
+/// goes to `direct_database_url`; start-up refuses to migrate without one.
+#[test]
+fn transaction_pooling_takes_its_sessions_from_the_direct_url() {
+    Jail::expect_with(|jail| {
+        jail.set_env("DATABASE_URL", "postgres://app:secret@pgbouncer:6432/qa");
+        jail.set_env("QUOTA_DATABASE_POOL_MODE", "transaction");
+        let error = Config::load().unwrap_err().to_string();
+        assert!(error.contains("direct_database_url"), "{error}");
+        assert!(error.contains("migrate_on_start"), "{error}");
+
+        jail.set_env("QUOTA_MIGRATE_ON_START", "false");
+        let polling = Config::load().expect("no migrations, no session needed");
+        assert_eq!(polling.database_pool_mode, PoolMode::Transaction);
+        assert!(polling.session_url().is_none());
+
+        jail.set_env("QUOTA_MIGRATE_ON_START", "true");
+        jail.set_env(
+            "QUOTA_DIRECT_DATABASE_URL",
+            "postgres://app:secret@postgres:5432/qa",
+        );
+        let direct = Config::load().expect("migrations on the direct URL");
+        let (key, url) = direct.session_url().unwrap();
+        assert_eq!(key, "direct_database_url");
+        assert_eq!(url.expose(), "postgres://app:secret@postgres:5432/qa");
+        assert!(!format!("{direct:?}").contains("secret"), "{direct:?}");
+
+        jail.set_env("QUOTA_DATABASE_POOL_MODE", "statement");
+        let error = Config::load().unwrap_err().to_string();
+        assert!(error.contains("database_pool_mode"), "{error}");
+        Ok(())
+    });
+    Jail::expect_with(|_| {
+        let session = Config::load().unwrap();
+        assert_eq!(session.database_pool_mode, PoolMode::Session);
+        assert_eq!(session.session_url().unwrap().0, "database_url");
         Ok(())
     });
 }

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use quota_arbiter::domain::admission::RouteClassSettings;
 use quota_arbiter::domain::catalog::{FlowRule, Mode};
 use quota_arbiter::domain::decision::{Decision, Outcome};
-use quota_arbiter::metrics::{Metrics, STORE_OPERATIONS};
+use quota_arbiter::metrics::{Metrics, PoolReading, STORE_OPERATIONS};
 use reqwest::Method;
 use serde_json::json;
 use sqlx::PgPool;
@@ -153,7 +153,7 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
         ..flow("sync", Mode::Observe)
     };
     let flows = [flow("invoice", Mode::Enforce), partly, flipped_back];
-    metrics.set_state(&flows, None, &pool);
+    metrics.set_state(&flows, None, reading(&pool));
     let text = metrics.encode();
 
     let problems = exposition_problems(&text);
@@ -215,6 +215,15 @@ async fn every_family_is_named_like_its_samples_and_counters_start_at_zero() {
     }
 }
 
+/// What a scrape reads of `pool` (`Administration`'s reading of its store's).
+fn reading(pool: &PgPool) -> PoolReading {
+    PoolReading {
+        open: pool.size(),
+        idle: pool.num_idle(),
+        max: pool.options().get_max_connections(),
+    }
+}
+
 /// The pool's gauges say what it holds at the scrape: connections handed out
 /// and connections idle, which together are the pool's size.
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
@@ -230,7 +239,7 @@ async fn the_pool_gauges_count_connections_in_use_and_idle(pool: PgPool) {
     }
     assert_eq!(pool.size(), 2);
     let metrics = Metrics::new();
-    metrics.set_state(&[], None, &pool);
+    metrics.set_state(&[], None, reading(&pool));
     let text = metrics.encode();
     for (series, want) in [
         (r#"quota_arbiter_db_pool_connections{state="in_use"}"#, "1"),

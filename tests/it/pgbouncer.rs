@@ -1,19 +1,23 @@
-//! The service behind a real PgBouncer in session pooling (design.md §13),
-//! as many deployments run PostgreSQL: every path works, the listener's
-//! flips included. (Transaction pooling is not supported: see
-//! docs/operations/deployment.md.) Skipped, with a message, where PgBouncer
-//! is not installed (`.ci/run` installs Debian's).
+//! The service behind a real PgBouncer (design.md §13), as many deployments
+//! run PostgreSQL: in session pooling, and in transaction pooling with and
+//! without a direct URL for what needs a session (migrations, LISTEN).
+//! Every path works; flips are obeyed. Skipped, with a message, where
+//! PgBouncer is not installed (`.ci/run` installs Debian's).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use quota_arbiter::domain::decision::Outcome;
+use quota_arbiter::domain::decision::{Decision, Outcome};
 use reqwest::Method;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::helpers::{database_name, eventually, find_on_path, TestApp};
+use crate::helpers::{
+    current_count, database_name, database_url, eventually, find_on_path, pin_clock, post_reserve,
+    postgres_host_port, Replica, TestApp, ADMIN_TOKEN,
+};
+use crate::replicas::{count, hammer};
 
 /// A PgBouncer of its own, in front of the test PostgreSQL, in `mode`.
 struct Bouncer {
@@ -22,7 +26,9 @@ struct Bouncer {
 }
 
 impl Bouncer {
-    fn start(pgbouncer: &PathBuf, mode: &str) -> Self {
+    /// `servers`: server connections per database and user, fewer than the
+    /// clients' so that clients take turns on them.
+    fn start(pgbouncer: &PathBuf, mode: &str, servers: u32) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -35,7 +41,7 @@ impl Bouncer {
         let ini = format!(
             "[databases]\n* = host=127.0.0.1 port=5432\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
              listen_port = {port}\nauth_type = trust\nauth_file = {d}/users.txt\n\
-             pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = 20\n\
+             pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = {servers}\n\
              logfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\nunix_socket_dir =\n\
              ignore_startup_parameters = extra_float_digits,options\n"
         );
@@ -65,9 +71,13 @@ impl Bouncer {
         Self { dir, port }
     }
 
+    fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
     /// A pool of `connections` to `database` through this pooler.
     async fn pool(&self, database: &str, connections: u32) -> PgPool {
-        let url = format!("postgres://postgres@127.0.0.1:{}/{database}", self.port);
+        let url = self.url(database);
         for _ in 0..50 {
             if let Ok(pool) = PgPoolOptions::new()
                 .max_connections(connections)
@@ -107,7 +117,7 @@ async fn behind_pgbouncer_in_session_pooling_every_path_works(pool: PgPool) {
     let database = database_name(&pool).await;
 
     // Session pooling: every path, the listener's flips included.
-    let session = Bouncer::start(&pgbouncer, "session");
+    let session = Bouncer::start(&pgbouncer, "session", 20);
     let app = TestApp::spawn(session.pool(&database, 8).await).await;
     let ready = || async { app.get("/readyz").send().await.unwrap().status().as_u16() };
     assert_eq!(eventually(Duration::from_secs(5), 200, ready).await, 200);
@@ -159,4 +169,152 @@ async fn behind_pgbouncer_in_session_pooling_every_path_works(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(claimed["outcome"], "claimed", "{claimed}");
+}
+
+/// Transaction pooling, as PgBouncer is most often run: 4 server connections
+/// shared by two replicas' 32 client connections. One replica names
+/// PostgreSQL itself for migrations and LISTEN (`QUOTA_DIRECT_DATABASE_URL`);
+/// the other has only the pooler and polls the catalog.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn behind_pgbouncer_in_transaction_pooling_every_path_works(pool: PgPool) {
+    let Some(pgbouncer) = pgbouncer() else {
+        eprintln!("SKIPPED behind_pgbouncer: no pgbouncer (.ci/run installs Debian's)");
+        return;
+    };
+    let pool = pin_clock(&pool, 10).await;
+    let database = database_name(&pool).await;
+    let direct = database_url(&pool, &postgres_host_port()).await;
+    let bouncer = Bouncer::start(&pgbouncer, "transaction", 4);
+    let pooled = bouncer.url(&database);
+    let transaction = ("QUOTA_DATABASE_POOL_MODE", "transaction");
+    // Migrates on start, through the direct URL, and listens there.
+    let listening = Replica::spawn_with(
+        &pooled,
+        &[transaction, ("QUOTA_DIRECT_DATABASE_URL", direct.as_str())],
+    )
+    .await;
+    // Only the pooler: no migrations, the catalog polled.
+    let polling =
+        Replica::spawn_with(&pooled, &[transaction, ("QUOTA_MIGRATE_ON_START", "false")]).await;
+    let client = reqwest::Client::new();
+    for replica in [&listening, &polling] {
+        let ready = || async {
+            let response = client.get(format!("{}/readyz", replica.base)).send().await;
+            response.map_or(0, |r| r.status().as_u16())
+        };
+        assert_eq!(eventually(Duration::from_secs(10), 200, ready).await, 200);
+    }
+
+    // Admin writes, through each replica.
+    for (replica, quota, flow) in [(&listening, "ppf", "invoice"), (&polling, "sms", "alert")] {
+        let put = |path: String, body: serde_json::Value| {
+            client
+                .put(format!("{}{path}", replica.base))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&body)
+                .send()
+        };
+        let written = put(
+            format!("/v1/quotas/{quota}"),
+            json!({"hourly_ceiling": 300}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(written.status(), 200, "{}", written.text().await.unwrap());
+        let written = put(
+            format!("/v1/flows/{flow}"),
+            json!({"quota": quota, "mode": "enforce"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(written.status(), 200, "{}", written.text().await.unwrap());
+    }
+    let replicas = [listening, polling];
+    // Both replicas know both flows (one was written through the other).
+    for replica in &replicas {
+        let known = || async {
+            let reserved = post_reserve(&client, &replica.base, json!({"flow": "alert"})).await;
+            reserved.json::<Decision>().await.unwrap().outcome
+        };
+        let outcome = eventually(Duration::from_secs(3), Outcome::Granted, known).await;
+        assert_eq!(outcome, Outcome::Granted);
+    }
+
+    // Exact grants: many callers over both replicas, each statement on
+    // whichever server connection the pooler hands out.
+    let decisions = hammer(&replicas, "invoice").await;
+    assert_eq!(count(&decisions, Outcome::Granted), 300);
+    assert_eq!(current_count(&pool, "ppf").await, 300);
+
+    // A reservation of an estimate, settled (a transaction of its own).
+    let reserved: serde_json::Value = post_reserve(
+        &client,
+        &replicas[1].base,
+        json!({"flow": "alert", "spend": {"sms": 5}}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(reserved["outcome"], "granted", "{reserved}");
+    let settled = client
+        .post(format!("{}/v1/settle", replicas[0].base))
+        .json(&json!({"reservation_id": reserved["reservation_id"], "spent": {"sms": 2}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(settled.status(), 200, "{}", settled.text().await.unwrap());
+    // 1 reserved per replica by the probes above, then 2 settled.
+    assert_eq!(current_count(&pool, "sms").await, 4);
+
+    // Work: enqueued through one replica, claimed through the other (the
+    // claim's transaction begins with its own settings).
+    let enqueued = client
+        .post(format!("{}/v1/work", replicas[0].base))
+        .json(&json!({"flow": "alert", "ref": "w-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(enqueued.status(), 201, "{}", enqueued.text().await.unwrap());
+    let claimed: serde_json::Value = client
+        .post(format!("{}/v1/work/claim", replicas[1].base))
+        .json(&json!({"worker": "w"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(claimed["outcome"], "claimed", "{claimed}");
+
+    // A flip made in SQL on PostgreSQL: heard by the listener, found by the
+    // poll, each within about a second.
+    sqlx::query("UPDATE flow SET mode = 'observe' WHERE name = 'invoice'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for replica in &replicas {
+        let flipped = tokio::time::Instant::now();
+        let observed = eventually(Duration::from_secs(3), true, || async {
+            let reserved = post_reserve(&client, &replica.base, json!({"flow": "invoice"})).await;
+            reserved.json::<Decision>().await.unwrap().would_defer
+        })
+        .await;
+        assert!(observed, "the flip to observe is obeyed");
+        assert!(
+            flipped.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            flipped.elapsed()
+        );
+    }
+    // Not one statement failed on the way (a statement kept past its
+    // transaction would have: `prepared statement "sqlx_s_1" already exists`).
+    for replica in &replicas {
+        let failures: Vec<String> = replica
+            .log_lines()
+            .into_iter()
+            .filter(|line| line.contains("\"ERROR\"") || line.contains("prepared statement"))
+            .collect();
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
 }

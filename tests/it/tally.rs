@@ -81,7 +81,7 @@ async fn everything_recorded(pool: &PgPool) -> (Ledger, DateTime<Utc>) {
 async fn last_flush(ledger: &Ledger, pool: &PgPool) {
     let grace = Duration::from_secs(10);
     let started = Instant::now();
-    ledger.flush_before_exit(pool, grace).await;
+    ledger.flush_before_exit(&pool.clone().into(), grace).await;
     let took = started.elapsed();
     assert!(
         took < grace / 2,
@@ -92,7 +92,7 @@ async fn last_flush(ledger: &Ledger, pool: &PgPool) {
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_flush_writes_each_tally_and_the_slots_spent(pool: PgPool) {
     let (ledger, window) = everything_recorded(&pool).await;
-    ledger.flush(&pool).await.unwrap();
+    ledger.flush(&pool.clone().into()).await.unwrap();
     assert_eq!(written(&pool, window).await, ((4, 2, 2, 1, 2, 1), 5));
 }
 
@@ -104,13 +104,13 @@ async fn a_failed_flush_keeps_every_number_for_the_next_one(pool: PgPool) {
     let closed = PgPoolOptions::new().connect_lazy_with(options);
     closed.close().await;
     assert!(
-        ledger.flush(&closed).await.is_err(),
+        ledger.flush(&closed.into()).await.is_err(),
         "a closed pool writes nothing"
     );
     // Numbers made while the failed batch was out join it.
     ledger.tally(&decided(Outcome::Granted, false, window), false);
     ledger.spend_after_the_fact("ppf", Some(window), 1);
-    ledger.flush(&pool).await.unwrap();
+    ledger.flush(&pool.clone().into()).await.unwrap();
     assert_eq!(written(&pool, window).await, ((5, 2, 2, 1, 2, 1), 6));
 }
 
@@ -131,7 +131,7 @@ async fn late_would_defers_and_reported_bypasses_join_the_flows_tallies(pool: Pg
     ledger.tally_late_would_defer(window, "ppf", "invoice", false);
     // Due work a worker client let through while the arbiter was out of reach.
     ledger.tally_reported_bypasses(Some(window), "ppf", "invoice", 3);
-    ledger.flush(&pool).await.unwrap();
+    ledger.flush(&pool.clone().into()).await.unwrap();
     assert_eq!(written(&pool, window).await, ((0, 0, 2, 3, 0, 1), 0));
 }
 
