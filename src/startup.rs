@@ -44,6 +44,9 @@ const CATALOG_CHANNEL: &str = "quota_arbiter_catalog";
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
 /// How often rows past their retention (done work, history) are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// How soon a pruning pass that failed is tried again: this, doubling with
+/// each failure in a row, up to [`PRUNE_EVERY`].
+const PRUNE_RETRY: Duration = Duration::from_secs(2);
 /// How long `build` waits for the store before serving anyway (not ready).
 const STARTUP_WAIT: Duration = Duration::from_secs(3);
 /// How long the record of which key took a lease is kept: far past the
@@ -547,10 +550,10 @@ async fn prune_loop(
     if steps.is_empty() {
         return;
     }
-    let mut tick = tokio::time::interval(PRUNE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = Duration::ZERO;
     loop {
-        tick.tick().await;
+        tokio::time::sleep(wait).await;
+        let mut failed = false;
         for &(what, retention) in &steps {
             loop {
                 match what.prune(&store, retention, BATCH).await {
@@ -562,13 +565,19 @@ async fn prune_loop(
                         }
                     }
                     Err(error) => {
-                        tracing::debug!(%error, ?what, "rows past their retention not pruned; next time");
+                        tracing::debug!(%error, ?what, "rows past their retention not pruned; soon again");
                         metrics.record_background_failure("prune");
+                        failed = true;
                         break;
                     }
                 }
             }
         }
+        wait = if failed {
+            (wait * 2).clamp(PRUNE_RETRY, PRUNE_EVERY)
+        } else {
+            PRUNE_EVERY
+        };
     }
 }
 

@@ -269,6 +269,81 @@ async fn every_background_loop_that_fails_at_the_store_is_counted_and_goes_on(po
     assert_eq!(eventually(Duration::from_secs(10), 200, ready).await, 200);
 }
 
+/// The pruning pass that fails at the store (held on a lock, then its
+/// backend ended) is counted and tried again within seconds, not at the next
+/// minute's pass: the done item past its retention goes all the same.
+#[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
+async fn a_pruning_pass_that_fails_is_counted_and_tried_again_soon(pool: PgPool) {
+    seed(&pool).await;
+    sqlx::query(
+        "INSERT INTO work_item (flow, priority, payload, state, done_at)
+         VALUES ('invoice', 2, '{}', 'done', arbiter_now() - interval '30 days')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut held = pool.begin().await.unwrap();
+    let held_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .unwrap();
+    sqlx::query("LOCK TABLE work_item IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(pool.clone()).await;
+    // The first pass, at start-up, waits on the lock: end it.
+    let pruning = || async {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'
+               AND query LIKE '%DELETE FROM work_item%'",
+        )
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+        .is_some()
+    };
+    assert!(eventually(Duration::from_secs(5), true, pruning).await);
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'
+           AND query LIKE '%DELETE FROM work_item%' AND pid <> $1",
+    )
+    .bind(held_pid)
+    .execute(&pool)
+    .await
+    .unwrap();
+    held.rollback().await.unwrap();
+    let failures = || async {
+        let metrics = metrics_text(&app.client, &app.base).await;
+        sample(
+            &metrics,
+            r#"quota_arbiter_background_failures_total{task="prune"}"#,
+        )
+        .and_then(|n| n.parse::<u64>().ok())
+    };
+    let counted = eventually(Duration::from_secs(5), true, || async {
+        failures().await.is_some_and(|n| n >= 1)
+    })
+    .await;
+    assert!(counted, "{:?}", failures().await);
+    let started = Instant::now();
+    let left = eventually(Duration::from_secs(10), 0, || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM work_item")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(left, 0, "the next pass pruned it");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn a_replica_with_an_unreachable_store_starts_and_still_bypasses(pool: PgPool) {
     let _ = pool;
