@@ -56,10 +56,6 @@ impl Connections {
         Self { pool, mode }
     }
 
-    pub fn mode(&self) -> PoolMode {
-        self.mode
-    }
-
     /// The pool itself, for what holds a session of its own (migrations,
     /// LISTEN): only where sessions last, [`PoolMode::Session`].
     pub fn sessions(&self) -> Option<&PgPool> {
@@ -117,10 +113,6 @@ impl fmt::Debug for StoreTransaction {
 impl StoreTransaction {
     pub async fn commit(self) -> Result<(), sqlx::Error> {
         self.tx.commit().await
-    }
-
-    pub async fn rollback(self) -> Result<(), sqlx::Error> {
-        self.tx.rollback().await
     }
 }
 

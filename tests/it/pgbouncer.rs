@@ -152,15 +152,21 @@ async fn behind_pgbouncer_in_session_pooling_every_path_works(pool: PgPool) {
     })
     .await;
     assert!(observed, "the flip to observe is obeyed");
-    let enqueued = app
-        .post("/v1/work")
-        .json(&json!({"flow": "invoice", "ref": "w-1"}))
+    enqueue_and_claim(&app.client, (&app.base, &app.base), "invoice").await;
+}
+
+/// A work item of `flow` enqueued through one replica and claimed through
+/// the other (the claim's transaction begins with settings of its own).
+async fn enqueue_and_claim(client: &reqwest::Client, (enqueue, claim): (&str, &str), flow: &str) {
+    let enqueued = client
+        .post(format!("{enqueue}/v1/work"))
+        .json(&json!({"flow": flow, "ref": "w-1"}))
         .send()
         .await
         .unwrap();
-    assert_eq!(enqueued.status(), 201);
-    let claimed: serde_json::Value = app
-        .post("/v1/work/claim")
+    assert_eq!(enqueued.status(), 201, "{}", enqueued.text().await.unwrap());
+    let claimed: serde_json::Value = client
+        .post(format!("{claim}/v1/work/claim"))
         .json(&json!({"worker": "w"}))
         .send()
         .await
@@ -267,25 +273,8 @@ async fn behind_pgbouncer_in_transaction_pooling_every_path_works(pool: PgPool) 
     // 1 reserved per replica by the probes above, then 2 settled.
     assert_eq!(current_count(&pool, "sms").await, 4);
 
-    // Work: enqueued through one replica, claimed through the other (the
-    // claim's transaction begins with its own settings).
-    let enqueued = client
-        .post(format!("{}/v1/work", replicas[0].base))
-        .json(&json!({"flow": "alert", "ref": "w-1"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(enqueued.status(), 201, "{}", enqueued.text().await.unwrap());
-    let claimed: serde_json::Value = client
-        .post(format!("{}/v1/work/claim", replicas[1].base))
-        .json(&json!({"worker": "w"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(claimed["outcome"], "claimed", "{claimed}");
+    let bases = (replicas[0].base.as_str(), replicas[1].base.as_str());
+    enqueue_and_claim(&client, bases, "alert").await;
 
     // A flip made in SQL on PostgreSQL: heard by the listener, found by the
     // poll, each within about a second.
