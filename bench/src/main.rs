@@ -12,6 +12,7 @@ mod drive;
 mod exactness;
 mod http;
 mod pgbench;
+mod pooler;
 mod report;
 mod reserve;
 mod server;
@@ -90,6 +91,14 @@ struct Args {
     /// Skip the pgbench baselines (their ratios then read n/a).
     #[arg(long)]
     no_pgbench: bool,
+    /// The PgBouncer of the arm behind a transaction pooler [default:
+    /// pgbouncer on PATH, or /usr/sbin/pgbouncer].
+    #[arg(long)]
+    pgbouncer: Option<PathBuf>,
+    /// Skip the arm behind PgBouncer (also skipped, with a line, when there
+    /// is no pgbouncer).
+    #[arg(long)]
+    no_pooler: bool,
 }
 
 /// `max_in_flight` of the release-cycle arm: as many places as callers, so
@@ -185,6 +194,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = "budget only, enforce";
     let enforce = reserve::arm(&load, name, Stop::Elapsed, one(names.of("enforce")));
     let enforce = cpu::metered(pid, db, enforce).await?;
+    let pooled = match pooler::program(args.pgbouncer.clone()).filter(|_| !args.no_pooler) {
+        Some(program) => {
+            let flow = names.of("enforce");
+            let pooled = behind_a_pooler(&program, &binary, &args, &load, &flow, db).await?;
+            Some(pooled)
+        }
+        None => None,
+    };
     let name = "budget only, three windows (1m, 1h, 1d), enforce";
     let stacked = reserve::arm(&load, name, Stop::Elapsed, one(names.of("stacked")));
     let stacked = cpu::metered(pid, db, stacked).await?;
@@ -269,6 +286,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let measured = Measured {
         healthz,
         enforce,
+        pooled,
         stacked,
         two_quotas,
         observe,
@@ -314,6 +332,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "service resident memory: VmRSS {} kB after the run, VmHWM (peak) {} kB",
         memory.now_kb, memory.peak_kb
     );
+    match measured.pooled_share() {
+        Some(line) => println!("{line}"),
+        None => println!("behind PgBouncer: not measured (--no-pooler, or no pgbouncer)"),
+    }
     println!("{over_demand}");
     println!("{paced}");
     Ok(())
@@ -410,6 +432,36 @@ async fn declare_run(store: &Store, names: &Names, args: &Args) -> anyhow::Resul
     declare_many(store, &names.of("pg-spread-"), args.quotas, &far, None).await?;
     declare_route_class(store, &names.of("admit")).await?;
     Ok(())
+}
+
+/// The budget arm's flow, asked of a second service that reaches the
+/// database through a PgBouncer of its own in transaction pooling (the
+/// first idles meanwhile).
+async fn behind_a_pooler(
+    program: &std::path::Path,
+    binary: &std::path::Path,
+    args: &Args,
+    load: &Load,
+    flow: &str,
+    db: &str,
+) -> anyhow::Result<Arm> {
+    let pooler = pooler::Pooler::start(program, &args.database_url).await?;
+    let settings = [
+        ("QUOTA_DATABASE_POOL_MODE", "transaction"),
+        ("QUOTA_DIRECT_DATABASE_URL", args.database_url.as_str()),
+    ];
+    let connections = args.server_max_connections;
+    let service = Service::start_with(binary, pooler.url(), connections, &settings).await?;
+    let load = Load {
+        client: Arc::new(http::Client::new(&service.base, load.concurrency)?),
+        ..load.clone()
+    };
+    let name = "budget only, enforce, behind PgBouncer (transaction pooling)";
+    let flow = flow.to_string();
+    let arm = reserve::arm(&load, name, Stop::Elapsed, move || flow.clone());
+    let arm = cpu::metered(service.pid(), db, arm).await?;
+    service.stop().await?;
+    Ok(arm)
 }
 
 /// A pgbench baseline, unless the run skips them.

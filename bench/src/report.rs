@@ -9,6 +9,9 @@ use crate::server::ResidentMemory;
 pub struct Measured {
     pub healthz: Arm,
     pub enforce: Arm,
+    /// The enforce arm's flow through a second service behind PgBouncer in
+    /// transaction pooling; `None` when not run.
+    pub pooled: Option<Arm>,
     /// The enforce arm on a quota of three windows (1m, 1h, 1d).
     pub stacked: Arm,
     /// The enforce arm on a flow that spends two quotas in each call (an
@@ -47,6 +50,7 @@ impl Measured {
             Some(&self.healthz),
             self.bare_hot.as_ref(),
             Some(&self.enforce),
+            self.pooled.as_ref(),
             Some(&self.stacked),
             Some(&self.two_quotas),
             Some(&self.observe),
@@ -181,6 +185,21 @@ impl Measured {
         targets
     }
 
+    /// What running behind PgBouncer in transaction pooling costs: the arm's
+    /// rate and p99 beside the same flow's on PostgreSQL itself.
+    pub fn pooled_share(&self) -> Option<String> {
+        let pooled = self.pooled.as_ref()?;
+        let p99 = |arm: &Arm| arm.p99_ms.map_or("n/a".into(), |p| format!("{p:.1} ms"));
+        Some(format!(
+            "behind PgBouncer (transaction pooling): {:.0}/s, {:.0} % of the same flow on PostgreSQL itself ({:.0}/s); p99 {} against {}",
+            pooled.per_second,
+            pooled.per_second / self.enforce.per_second * 100.0,
+            self.enforce.per_second,
+            p99(pooled),
+            p99(&self.enforce),
+        ))
+    }
+
     /// The service arm with the worst p99 of a decision: not a batch's
     /// answer (it carries many decisions), a whole cycle's (several
     /// requests and an emission), a claim's (its p99 target is retired:
@@ -193,6 +212,10 @@ impl Measured {
             self.claims.as_ref(),
             self.claim_done.as_ref(),
             self.enqueue.as_ref(),
+            // The target is the service's on PostgreSQL itself; behind a
+            // transaction pooler each statement takes three more round
+            // trips, the deployment's choice (deployment.md).
+            self.pooled.as_ref(),
         ];
         self.arms()
             .into_iter()
@@ -380,6 +403,7 @@ mod tests {
         Measured {
             healthz: arm("healthz", 40_000.0, 3.0, true),
             enforce: arm("enforce", 30_000.0, 4.0, true),
+            pooled: Some(arm("pooled", 15_000.0, 900.0, true)),
             stacked: arm("stacked", 29_000.0, 4.0, true),
             two_quotas: arm("two quotas", 25_000.0, 4.0, true),
             observe: arm("observe", 29_000.0, 4.0, true),
@@ -506,6 +530,18 @@ mod tests {
                 "cadence, every core busy: 2500/s; 64 callers would still wait 25.6 ms on average",
             ]
         );
+    }
+
+    #[test]
+    fn the_pooled_arm_is_read_against_the_same_flow_on_postgresql_itself() {
+        let mut run = measured();
+        assert_eq!(
+            run.pooled_share().unwrap(),
+            "behind PgBouncer (transaction pooling): 15000/s, 50 % of the same flow on \
+             PostgreSQL itself (30000/s); p99 900.0 ms against 4.0 ms"
+        );
+        run.pooled = None;
+        assert_eq!(run.pooled_share(), None);
     }
 
     #[test]

@@ -84,7 +84,18 @@ impl Service {
         database_url: &str,
         max_connections: Option<u32>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(binary, database_url, max_connections, &[]).await
+    }
+
+    /// [`Service::start`] with more settings (`QUOTA_*` variables).
+    pub async fn start_with(
+        binary: &Path,
+        database_url: &str,
+        max_connections: Option<u32>,
+        settings: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let mut command = command(binary, database_url);
+        command.envs(settings.iter().copied());
         command
             .arg("serve")
             .env("QUOTA_LISTEN", "127.0.0.1:0")
