@@ -1,11 +1,10 @@
 //! Catalog administration and window inspection.
 
-use super::StoreTransaction;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, StoreTransaction};
 use crate::domain::catalog::{
     Fallback, FlowPatch, FlowPatchError, FlowSettings, Mode, QuotaPatch, QuotaSettings,
 };

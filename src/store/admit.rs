@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use super::StoreTransaction;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{CatalogError, Store};
+use super::{CatalogError, Store, StoreTransaction};
 use crate::domain::admission::{Admission, Refusal, RouteClassPatch, RouteClassSettings};
 
 /// A route class as the admin API shows it.

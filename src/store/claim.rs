@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::StoreTransaction;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::leases::places_outlook;
@@ -17,7 +16,7 @@ use super::work::{
     first_look, lease, lease_places, lock_candidates, lock_candidates_with_spend, lock_free_places,
     Candidate, FirstLook, Lane, PlaceLease,
 };
-use super::{Store, Take, WorkItem};
+use super::{Store, StoreTransaction, Take, WorkItem};
 use crate::domain::catalog::QuotaRule;
 use crate::domain::decision::{Deferral, Limit, Outcome};
 use crate::domain::rationing::share_up_to;

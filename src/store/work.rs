@@ -7,11 +7,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
-
-use super::StoreTransaction;
 use utoipa::ToSchema;
 
-use super::Store;
+use super::{Store, StoreTransaction};
 use crate::domain::rationing::Rank;
 use crate::domain::FlowName;
 
