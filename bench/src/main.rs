@@ -29,6 +29,7 @@ use clap::Parser;
 use quota_arbiter::config::Config;
 use quota_arbiter::domain::catalog::{Mode, QuotaSettings, MAX_RATE};
 use quota_arbiter::domain::window::{Period, WindowRule};
+use quota_arbiter::domain::PoolMode;
 use quota_arbiter::store::Store;
 use sqlx::postgres::PgPoolOptions;
 
@@ -445,12 +446,17 @@ async fn behind_a_pooler(
     flow: &str,
     db: &str,
 ) -> anyhow::Result<Arm> {
-    let pooler = pooler::Pooler::start(program, &args.database_url).await?;
+    // As many server connections as the service's own pool by default, so
+    // that the arm measures the pooler's way of running statements, not
+    // fewer connections.
+    let connections = args.server_max_connections;
+    let servers = connections.unwrap_or(Config::default().max_connections);
+    let transaction = PoolMode::Transaction;
+    let pooler = pooler::Pooler::start(program, &args.database_url, transaction, servers).await?;
     let settings = [
         ("QUOTA_DATABASE_POOL_MODE", "transaction"),
         ("QUOTA_DIRECT_DATABASE_URL", args.database_url.as_str()),
     ];
-    let connections = args.server_max_connections;
     let service = Service::start_with(binary, pooler.url(), connections, &settings).await?;
     let load = Load {
         client: Arc::new(http::Client::new(&service.base, load.concurrency)?),

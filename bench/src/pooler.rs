@@ -1,6 +1,7 @@
-//! A PgBouncer of the bench's own, in transaction pooling, in front of the
-//! bench's database: the arm that measures the service behind it
-//! (docs/operations/deployment.md, *Behind a connection pooler*).
+//! A PgBouncer of its own in front of a database: the bench's arm behind a
+//! transaction pooler, and the pooler tests (tests/it/pgbouncer.rs includes
+//! this file), which run it in both modes (docs/operations/deployment.md,
+//! *Behind a connection pooler*).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,12 +9,8 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use quota_arbiter::domain::PoolMode;
 use sqlx::postgres::PgConnectOptions;
-
-/// Server connections the pooler keeps: as many as the service's own pool
-/// by default, so that the arm measures the pooler's way of running
-/// statements, not fewer connections.
-const SERVER_CONNECTIONS: u32 = 16;
 
 pub struct Pooler {
     dir: PathBuf,
@@ -37,24 +34,34 @@ pub fn program(explicit: Option<PathBuf>) -> Option<PathBuf> {
 
 impl Pooler {
     /// Starts PgBouncer on a free port in front of `database_url`'s server,
-    /// the client's role trusted (the pooler is the bench's alone, on
+    /// in `mode` with `servers` server connections per database and user,
+    /// the client's role trusted (the pooler is the caller's alone, on
     /// loopback); as the `postgres` user when run as root, which PgBouncer
     /// refuses.
-    pub async fn start(program: &Path, database_url: &str) -> anyhow::Result<Self> {
+    pub async fn start(
+        program: &Path,
+        database_url: &str,
+        mode: PoolMode,
+        servers: u32,
+    ) -> anyhow::Result<Self> {
         let options = PgConnectOptions::from_str(database_url)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let dir = std::env::temp_dir().join(format!("quota-arbiter-bench-pgbouncer-{port}"));
+        let dir = std::env::temp_dir().join(format!("quota-arbiter-pgbouncer-{port}"));
         std::fs::create_dir_all(&dir)?;
         let user = options.get_username();
         std::fs::write(dir.join("users.txt"), format!("\"{user}\" \"\"\n"))?;
         let (host, server_port, d) = (options.get_host(), options.get_port(), dir.display());
+        let mode = match mode {
+            PoolMode::Session => "session",
+            PoolMode::Transaction => "transaction",
+        };
         let ini = format!(
             "[databases]\n* = host={host} port={server_port}\n[pgbouncer]\n\
              listen_addr = 127.0.0.1\nlisten_port = {port}\nauth_type = trust\n\
-             auth_file = {d}/users.txt\npool_mode = transaction\nmax_client_conn = 500\n\
-             default_pool_size = {SERVER_CONNECTIONS}\nlogfile = {d}/pgbouncer.log\n\
+             auth_file = {d}/users.txt\npool_mode = {mode}\nmax_client_conn = 500\n\
+             default_pool_size = {servers}\nlogfile = {d}/pgbouncer.log\n\
              pidfile = {d}/pgbouncer.pid\nunix_socket_dir =\n\
              ignore_startup_parameters = extra_float_digits,options\n"
         );

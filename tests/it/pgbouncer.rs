@@ -4,121 +4,48 @@
 //! Every path works; flips are obeyed. Skipped, with a message, where
 //! PgBouncer is not installed (`.ci/run` installs Debian's).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use quota_arbiter::domain::decision::{Decision, Outcome};
+use quota_arbiter::domain::PoolMode;
 use reqwest::Method;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    current_count, database_name, database_url, eventually, find_on_path, pin_clock, post_reserve,
-    postgres_host_port, Replica, TestApp, ADMIN_TOKEN,
+    current_count, database_url, eventually, pin_clock, post_reserve, postgres_host_port, Replica,
+    TestApp, ADMIN_TOKEN,
 };
 use crate::replicas::{count, hammer};
+use pooler::Pooler;
 
-/// A PgBouncer of its own, in front of the test PostgreSQL, in `mode`.
-struct Bouncer {
-    dir: PathBuf,
-    port: u16,
-}
+/// The bench's PgBouncer of its own, started here for each test.
+#[path = "../../bench/src/pooler.rs"]
+mod pooler;
 
-impl Bouncer {
-    /// `servers`: server connections per database and user, fewer than the
-    /// clients' so that clients take turns on them.
-    fn start(pgbouncer: &PathBuf, mode: &str, servers: u32) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("qa-pgbouncer-{port}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("users.txt"), "\"postgres\" \"\"\n").unwrap();
-        let d = dir.display();
-        let ini = format!(
-            "[databases]\n* = host=127.0.0.1 port=5432\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
-             listen_port = {port}\nauth_type = trust\nauth_file = {d}/users.txt\n\
-             pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = {servers}\n\
-             logfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\nunix_socket_dir =\n\
-             ignore_startup_parameters = extra_float_digits,options\n"
-        );
-        std::fs::write(dir.join("pgbouncer.ini"), ini).unwrap();
-        // PgBouncer refuses to run as root: as the postgres user where CI runs as root.
-        let as_root = std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0"));
-        let mut command = if as_root {
-            let _ = std::process::Command::new("chown")
-                .args(["-R", "postgres"])
-                .arg(&dir)
-                .status();
-            let mut runuser = std::process::Command::new("runuser");
-            runuser.args(["-u", "postgres", "--"]).arg(pgbouncer);
-            runuser
-        } else {
-            std::process::Command::new(pgbouncer)
-        };
-        let started = command
-            .arg("-d")
-            .arg(dir.join("pgbouncer.ini"))
-            .status()
-            .expect("pgbouncer runs");
-        assert!(started.success(), "pgbouncer starts");
-        Self { dir, port }
-    }
-
-    fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
-    }
-
-    /// A pool of `connections` to `database` through this pooler.
-    async fn pool(&self, database: &str, connections: u32) -> PgPool {
-        let url = self.url(database);
-        for _ in 0..50 {
-            if let Ok(pool) = PgPoolOptions::new()
-                .max_connections(connections)
-                .connect(&url)
-                .await
-            {
-                return pool;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("pgbouncer accepts connections on {url}");
-    }
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.join("pgbouncer.pid")) {
-            let _ = std::process::Command::new("kill").arg(pid.trim()).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn pgbouncer() -> Option<PathBuf> {
-    find_on_path(&["pgbouncer"]).or_else(|| {
-        let sbin = PathBuf::from("/usr/sbin/pgbouncer");
-        sbin.is_file().then_some(sbin)
-    })
+/// A pool of `connections` through `pooler`.
+async fn pool_through(pooler: &Pooler, connections: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .connect(pooler.url())
+        .await
+        .expect("pgbouncer accepts connections")
 }
 
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn behind_pgbouncer_in_session_pooling_every_path_works(pool: PgPool) {
-    let Some(pgbouncer) = pgbouncer() else {
+    let Some(pgbouncer) = pooler::program(None) else {
         eprintln!("SKIPPED behind_pgbouncer: no pgbouncer (.ci/run installs Debian's)");
         return;
     };
-    let database = database_name(&pool).await;
+    let direct = database_url(&pool, &postgres_host_port()).await;
 
     // Session pooling: every path, the listener's flips included.
-    let session = Bouncer::start(&pgbouncer, "session", 20);
-    let app = TestApp::spawn(session.pool(&database, 8).await).await;
+    let session = Pooler::start(&pgbouncer, &direct, PoolMode::Session, 20)
+        .await
+        .expect("pgbouncer starts");
+    let app = TestApp::spawn(pool_through(&session, 8).await).await;
     let ready = || async { app.get("/readyz").send().await.unwrap().status().as_u16() };
     assert_eq!(eventually(Duration::from_secs(5), 200, ready).await, 200);
     app.admin_json(
@@ -183,25 +110,26 @@ async fn enqueue_and_claim(client: &reqwest::Client, (enqueue, claim): (&str, &s
 /// the other has only the pooler and polls the catalog.
 #[sqlx::test(migrator = "quota_arbiter::store::FRESH_MIGRATOR")]
 async fn behind_pgbouncer_in_transaction_pooling_every_path_works(pool: PgPool) {
-    let Some(pgbouncer) = pgbouncer() else {
+    let Some(pgbouncer) = pooler::program(None) else {
         eprintln!("SKIPPED behind_pgbouncer: no pgbouncer (.ci/run installs Debian's)");
         return;
     };
     let pool = pin_clock(&pool, 10).await;
-    let database = database_name(&pool).await;
     let direct = database_url(&pool, &postgres_host_port()).await;
-    let bouncer = Bouncer::start(&pgbouncer, "transaction", 4);
-    let pooled = bouncer.url(&database);
+    let bouncer = Pooler::start(&pgbouncer, &direct, PoolMode::Transaction, 4)
+        .await
+        .expect("pgbouncer starts");
+    let pooled = bouncer.url();
     let transaction = ("QUOTA_DATABASE_POOL_MODE", "transaction");
     // Migrates on start, through the direct URL, and listens there.
     let listening = Replica::spawn_with(
-        &pooled,
+        pooled,
         &[transaction, ("QUOTA_DIRECT_DATABASE_URL", direct.as_str())],
     )
     .await;
     // Only the pooler: no migrations, the catalog polled.
     let polling =
-        Replica::spawn_with(&pooled, &[transaction, ("QUOTA_MIGRATE_ON_START", "false")]).await;
+        Replica::spawn_with(pooled, &[transaction, ("QUOTA_MIGRATE_ON_START", "false")]).await;
     let client = reqwest::Client::new();
     for replica in [&listening, &polling] {
         let ready = || async {
